@@ -1,0 +1,54 @@
+# The course's commands. `make lab` to learn, `make test` to check everything.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+# JupyterLab refuses to run as root without this flag (containers, CI)
+ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
+
+.PHONY: install lab test test-unit test-notebooks test-browser browser execute lint clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt
+	rm -f $(VENV)/.installed-*
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
+	# make `import course_utils` work from any folder, notebooks included
+	$(PY) -c "import pathlib, site; pathlib.Path(site.getsitepackages()[0], 'attention_course.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
+	touch $@
+
+lab: install
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=localhost $(ALLOW_ROOT)
+
+# unit tests, exercise tests, hygiene, browser test and every notebook under strict nbval, 2 workers
+test: install
+	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) tests notebooks
+
+test-unit: install
+	$(PY) -m pytest -n 2 --dist loadscope tests
+
+test-notebooks: install
+	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks
+
+# Debian's chromium for the real-browser test (needs root and apt; CI runs this first)
+browser:
+	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Re-execute every notebook in place, in order, each in a fresh kernel (how `test` checks them)
+execute: install
+	for nb in $(NOTEBOOKS); do \
+	  echo "== $$nb"; \
+	  $(VENV)/bin/papermill --no-progress-bar --cwd notebooks -k python3 "$$nb" "$$nb" || exit 1; \
+	done
+	$(PY) tests/notebook_tools.py strip-metadata $(NOTEBOOKS)
+
+lint: install
+	$(VENV)/bin/ruff check course_utils tests notebooks
+	$(VENV)/bin/ruff format --check course_utils tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build/ artifacts/
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

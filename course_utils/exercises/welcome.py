@@ -1,0 +1,44 @@
+"""Lesson 00's warm-up exercise: turn non-negative scores into weights that sum to 1."""
+
+import torch
+
+from course_utils.exercises import exercise
+from course_utils.exercises.checking import Mistake, call, diagnose
+
+
+def normalise_scores(scores):
+    """Divide each score by the total, so the weights sum to 1 along the last axis."""
+    return scores / scores.sum(dim=-1, keepdim=True)
+
+
+@exercise(
+    "normalise_scores",
+    solution=normalise_scores,
+    hints=[
+        "Weights that sum to 1: divide every score by the sum of all scores.",
+        "For a batch of rows, sum over the last axis and keep it: `scores.sum(dim=-1, keepdim=True)`.",
+    ],
+)
+def check_normalise_scores(candidate):
+    cases = [
+        torch.tensor([1.0, 3.0]),
+        torch.tensor([2.0, 1.0, 1.0, 4.0]),
+        torch.tensor([[1.0, 1.0, 2.0], [5.0, 0.0, 5.0]]),  # one row per query
+    ]
+    for scores in cases:
+        got = call(candidate, scores)
+        expected = normalise_scores(scores)
+        diagnose(
+            got,
+            expected,
+            known_mistakes=[
+                ("you divided by the largest score; divide by the sum so the weights add up to 1.",
+                 scores / scores.amax(dim=-1, keepdim=True)),
+                ("you divided by the number of scores (a mean); divide by their sum.", scores / scores.shape[-1]),
+                ("for a batch of rows, each row must sum to 1: sum over the last axis with keepdim=True, "
+                 "not over the whole tensor.", scores / scores.sum()),
+            ],
+            context=f"scores {scores.tolist()}",
+        )
+        if not torch.allclose(got.sum(dim=-1), torch.ones(())):
+            raise Mistake("each row of weights should sum to 1.")

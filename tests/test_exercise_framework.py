@@ -1,0 +1,100 @@
+"""The exercise contract: check() never raises, stubs are 'not attempted', errors are explained."""
+
+import torch
+
+from course_utils.exercises import CheckResult, check, exercise_ids, hint, show_solution, solution
+from course_utils.exercises.checking import Mistake, call, diagnose
+
+
+def test_solution_passes_and_result_has_the_contract_fields():
+    result = check("normalise_scores", solution("normalise_scores"), quiet=True)
+    assert isinstance(result, CheckResult)
+    assert result.passed is True
+    assert isinstance(result.message, str) and result.message
+    assert str(result).startswith("PASSED [normalise_scores]")
+
+
+def test_stub_is_not_attempted():
+    def stub(scores):
+        raise NotImplementedError
+
+    result = check("normalise_scores", stub, quiet=True)
+    assert not result.passed
+    assert result.status == "not attempted"
+    assert "NotImplementedError" in result.message
+
+
+def test_other_exceptions_are_explained_not_raised():
+    def broken(scores):
+        return scores.permute(-1, 0).view(-1) / scores.sum()  # permute of a 1-D tensor raises
+
+    result = check("normalise_scores", broken, quiet=True)
+    assert not result.passed and result.status == "not yet"
+    assert "raised" in result.message
+
+
+def test_view_on_non_contiguous_gets_its_own_advice():
+    def viewer(scores):
+        x = torch.ones(3, 4).t()
+        x.view(-1)
+        return scores
+
+    result = check("normalise_scores", viewer, quiet=True)
+    assert ".contiguous()" in result.message and "reshape" in result.message
+
+
+def test_known_mistakes_are_named():
+    by_max = check("normalise_scores", lambda s: s / s.amax(dim=-1, keepdim=True), quiet=True)
+    assert "largest score" in by_max.message
+    by_count = check("normalise_scores", lambda s: s / s.shape[-1], quiet=True)
+    assert "number of scores" in by_count.message
+    whole = check("normalise_scores", lambda s: s / s.sum(), quiet=True)
+    assert "each row must sum to 1" in whole.message
+
+
+def test_in_place_change_of_inputs_is_caught():
+    def in_place(scores):
+        scores /= scores.sum(dim=-1, keepdim=True)
+        return scores
+
+    result = check("normalise_scores", in_place, quiet=True)
+    assert not result.passed and "in place" in result.message
+
+
+def test_wrong_type_and_unknown_id_do_not_raise():
+    assert "torch.Tensor" in check("normalise_scores", lambda s: s.tolist(), quiet=True).message
+    result = check("no_such_exercise", lambda s: s, quiet=True)
+    assert not result.passed and "unknown exercise id" in result.message
+    assert not check("normalise_scores", None, quiet=True).passed  # not even callable
+
+
+def test_check_prints_plain_text_outside_a_notebook(capsys):
+    check("normalise_scores", solution("normalise_scores"))
+    assert "PASSED [normalise_scores]" in capsys.readouterr().out
+
+
+def test_hint_and_show_solution(capsys):
+    hint("normalise_scores")
+    show_solution("normalise_scores")
+    out = capsys.readouterr().out
+    assert "Hint 1:" in out
+    assert "def normalise_scores" in out
+
+
+def test_call_and_diagnose_helpers():
+    try:
+        call(lambda x: x.add_(1), torch.zeros(2))
+    except Mistake as m:
+        assert "in place" in str(m)
+    else:
+        raise AssertionError("an in-place change was not caught")
+    try:
+        diagnose(torch.ones(2), torch.zeros(2), [("all ones", torch.ones(2))])
+    except Mistake as m:
+        assert str(m) == "all ones"
+    else:
+        raise AssertionError("a known mistake was not named")
+
+
+def test_the_contract_ids_exist_once_all_lessons_are_in():
+    assert "normalise_scores" in exercise_ids()

@@ -1,0 +1,81 @@
+"""Every lesson is committed executed, once, in order, from a fresh kernel, with clean outputs."""
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from tests.notebook_tools import code_cells, exercise_cells, lesson_notebooks, output_text
+
+NOTEBOOKS = lesson_notebooks()
+MAX_BYTES = 3_000_000
+# absolute paths and user names must not leak into committed outputs
+LEAKS = re.compile(r"(/root/|/home/\w+|/work/|/tmp/|/Users/\w+|C:\\\\Users)")
+
+
+def test_there_are_lessons():
+    assert NOTEBOOKS, "no notebooks/NN_*.ipynb found"
+    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    assert numbers == list(range(len(numbers))), f"lessons must be numbered 00, 01, ... without gaps: {numbers}"
+
+
+@pytest.fixture(params=NOTEBOOKS, ids=lambda p: p.name)
+def nb_path(request):
+    return request.param
+
+
+def test_valid_and_bounded(nb_path):
+    assert nb_path.stat().st_size < MAX_BYTES, f"{nb_path.name} is {nb_path.stat().st_size} bytes"
+    nb = nbformat.read(nb_path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+def test_executed_once_in_order(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    counts = [c.execution_count for c in code_cells(nb)]
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{nb_path.name}: execution counts {counts}; re-execute with `make execute`"
+    )
+
+
+def test_no_errors_or_leaks(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    for i, cell in enumerate(code_cells(nb)):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                assert "raises-exception" in cell.metadata.get("tags", []), (
+                    f"{nb_path.name} cell {i}: stored error {out.get('ename')}"
+                )
+        text = json.dumps([o for o in cell.get("outputs", []) if "image/png" not in o.get("data", {})])
+        leak = LEAKS.search(text)
+        assert not leak, f"{nb_path.name} cell {i}: output contains a machine path {leak.group(0)!r}"
+
+
+def test_lesson_conventions(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    first_md = next(c.source for c in nb.cells if c.cell_type == "markdown")
+    for needed in ("Goals", "Time", "Prerequisites"):
+        assert needed in first_md, f"{nb_path.name}: the opening cell should state {needed}"
+    assert "Summary" in "".join(c.source for c in nb.cells if c.cell_type == "markdown"), (
+        f"{nb_path.name}: a lesson ends with a summary"
+    )
+    first_code = code_cells(nb)[0].source
+    assert "setup(" in first_code, f"{nb_path.name}: the first code cell calls course_utils' setup()"
+    assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells), (
+        f"{nb_path.name}: needs a cell tagged `parameters` for papermill"
+    )
+    for c in code_cells(nb):
+        assert not c.source.rstrip().endswith(";"), f"{nb_path.name}: trailing ';' does not hide output"
+
+
+def test_exercise_stubs_are_unsolved(nb_path):
+    """Learner notebooks keep the stubs; later cells use course_utils' reference."""
+    nb = nbformat.read(nb_path, as_version=4)
+    for cell in exercise_cells(nb):
+        assert "exercise_id" in cell.metadata, f"{nb_path.name}: exercise cell without exercise_id"
+        assert "NotImplementedError" in cell.source, f"{nb_path.name}: exercise {cell.metadata['exercise_id']} is not a stub"
+        assert "NOT ATTEMPTED" in "".join(output_text(c) for c in nb.cells if c.cell_type == "code"), (
+            f"{nb_path.name}: the stored check output should show the stub as not attempted"
+        )
