@@ -90,7 +90,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 def causal_mask(seq_len, device=None):
     """[seq_len, seq_len] bool mask, True on and below the diagonal:
     position i may attend to positions 0..i, never to the future."""
-    if not isinstance(seq_len, int) or seq_len < 1:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
 
@@ -107,10 +107,17 @@ def padding_mask(token_ids, pad_id=0):
     return (token_ids != pad_id)[:, None, None, :]
 
 
+def _check_num_heads(num_heads):
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+
+
 def split_heads(x, num_heads):
     """[B, S, D] -> [B, H, S, D/H]: each head gets its own slice of the features."""
-    if x.dim() != 3:
-        raise ValueError(f"split_heads expects [batch, seq_len, d_model], got {tuple(x.shape)}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"split_heads expects a [batch, seq_len, d_model] tensor, got {shape}")
+    _check_num_heads(num_heads)
     batch_size, seq_len, d_model = x.shape
     if d_model % num_heads != 0:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
@@ -120,8 +127,9 @@ def split_heads(x, num_heads):
 
 def combine_heads(x):
     """[B, H, S, d] -> [B, S, H*d]: concatenate the heads' outputs per position."""
-    if x.dim() != 4:
-        raise ValueError(f"combine_heads expects [batch, heads, seq_len, head_dim], got {tuple(x.shape)}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"combine_heads expects a [batch, heads, seq_len, head_dim] tensor, got {shape}")
     batch_size, num_heads, seq_len, head_dim = x.shape
     x = x.permute(0, 2, 1, 3)  # back to [B, S, H, d]; not contiguous any more
     return x.reshape(batch_size, seq_len, num_heads * head_dim)
@@ -139,6 +147,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, num_heads, qkv_bias=False, dropout=0.0):
         super().__init__()
+        _check_num_heads(num_heads)
         if d_model % num_heads != 0:
             raise ValueError(
                 f"d_model={d_model} must be divisible by num_heads={num_heads} "
@@ -181,7 +190,17 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"{name} must have shape [batch, seq_len, d_model={self.d_model}], got {tuple(t.shape)}"
                 )
-        if mask is not None and mask.dim() == 3:
+        if not query.shape[0] == key.shape[0] == value.shape[0]:
+            raise ValueError(
+                f"query, key and value must have the same batch size, got "
+                f"{query.shape[0]}, {key.shape[0]} and {value.shape[0]}"
+            )
+        if key.shape[1] != value.shape[1]:
+            raise ValueError(
+                f"key and value must have the same length L_k (one value per key), got "
+                f"key {tuple(key.shape)} and value {tuple(value.shape)}"
+            )
+        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # same mask for every head
         query = self.split_heads(self.query_linear(query))
         key = self.split_heads(self.key_linear(key))
@@ -190,11 +209,16 @@ class MultiHeadAttention(nn.Module):
         return self.output_linear(self.combine_heads(context))
 
 
-# Lesson 07's tiled (FlashAttention-style) attention lives in its own module;
-# it is re-exported here so every attention function is one import away.
-try:  # noqa: SIM105 - the module is added by lesson 07's work
-    from course_utils.efficient import tiled_attention  # noqa: E402,F401
+# Lesson 07's tiled (FlashAttention-style) attention lives in course_utils/efficient.py,
+# which builds on this module; it is re-exported here so every attention function is one
+# import away. The name is resolved on first use (PEP 562 module __getattr__), so either
+# module may be imported first; an error in efficient.py surfaces there, it is not hidden.
+def __getattr__(name):
+    if name == "tiled_attention":
+        from course_utils.efficient import tiled_attention
 
-    __all__.append("tiled_attention")
-except ImportError:
-    pass
+        return tiled_attention
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__.append("tiled_attention")

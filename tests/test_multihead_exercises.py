@@ -1,0 +1,567 @@
+"""Lesson 03's checkers: the solutions and correct alternatives pass, every planted mistake is
+named by its own message, stubs are 'not attempted'.
+
+The planted mistakes are written the way a learner would write them (small modules and
+functions), independently of the checker's own model of each mistake.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from course_utils.exercises import check, solution
+
+
+def result_of(exercise_id, candidate):
+    return check(exercise_id, candidate, quiet=True)
+
+
+def assert_passes(exercise_id, candidate):
+    result = result_of(exercise_id, candidate)
+    assert result.passed, result.message
+
+
+def assert_caught(exercise_id, candidate, phrase, not_phrases=()):
+    result = result_of(exercise_id, candidate)
+    assert not result.passed and result.status == "not yet", result.message
+    assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
+    for other in not_phrases:
+        assert other not in result.message, f"{other!r} should not be in:\n{result.message}"
+
+
+# ------------------------------------------------------------------------------------------
+# split_heads
+
+
+def split_reference_style(x, num_heads):
+    b, s, d = x.shape
+    return x.view(b, s, num_heads, d // num_heads).transpose(1, 2)  # seed 001's view + transpose
+
+
+def split_unflatten(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1)).permute(0, 2, 1, 3)
+
+
+def split_chunks(x, num_heads):
+    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+
+@pytest.mark.parametrize("candidate", [solution("split_heads"), split_reference_style, split_unflatten, split_chunks])
+def test_split_heads_correct_versions_pass(candidate):
+    assert_passes("split_heads", candidate)
+
+
+SPLIT_MISTAKES = {
+    "reshape without permute": (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1), "straight to [B, H, S, D/H]"),
+    "interleaved heads": (
+        lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),
+        "every H-th feature",
+    ),
+    "permute forgotten": (
+        lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1),
+        "kept the axes in the order [B, S, H, D/H]",
+    ),
+    "permute(0, 2, 3, 1)": (
+        lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).permute(0, 2, 3, 1),
+        "that is .permute(0, 2, 3, 1)",
+    ),
+    "batch and heads merged": (
+        lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2).reshape(-1, x.shape[1], x.shape[2] // h),
+        "merged the batch and head axes",
+    ),
+    "batch size 1 only": (
+        lambda x, h: x.squeeze(0).reshape(x.shape[1], h, -1).transpose(0, 1).unsqueeze(0),
+        "works for batch size 1 but not for batch size",
+    ),
+    "batch size 1 only (hard-coded view)": (
+        lambda x, h: (
+            x.view(1, x.shape[1], h, -1).transpose(1, 2)
+            if x.shape[0] == 1
+            else x.reshape(1, -1, h, x.shape[2] // h).transpose(1, 2)
+        ),
+        "works for batch size 1 but not for batch size",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SPLIT_MISTAKES)
+def test_split_heads_mistakes_are_named(name):
+    candidate, phrase = SPLIT_MISTAKES[name]
+    assert_caught("split_heads", candidate, phrase)
+
+
+def test_split_heads_stub_and_tuple():
+    def stub(x, num_heads):
+        raise NotImplementedError
+
+    assert result_of("split_heads", stub).status == "not attempted"
+    assert_caught("split_heads", lambda x, h: (split_unflatten(x, h), h), "not a tuple")
+
+
+# ------------------------------------------------------------------------------------------
+# combine_heads
+
+
+def combine_seed_style(x):
+    b = x.shape[0]
+    return x.permute(0, 2, 1, 3).contiguous().view(b, -1, x.shape[1] * x.shape[3])  # the slides' version
+
+
+def combine_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def combine_flatten(x):
+    return x.transpose(1, 2).flatten(2)
+
+
+@pytest.mark.parametrize("candidate", [solution("combine_heads"), combine_seed_style, combine_cat, combine_flatten])
+def test_combine_heads_correct_versions_pass(candidate):
+    assert_passes("combine_heads", candidate)
+
+
+def _combine_batch_one(x):
+    _, h, s, d = x.shape
+    return x[0].transpose(0, 1).reshape(1, s, h * d)
+
+
+COMBINE_MISTAKES = {
+    "reshape without permute": (
+        lambda x: x.reshape(x.shape[0], x.shape[2], -1),
+        "straight to [B, S, H*d] without a permute",
+    ),
+    "wrong order": (
+        lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1),
+        "heads concatenated in the wrong order",
+    ),
+    "view on a non-contiguous tensor": (
+        lambda x: x.permute(0, 2, 1, 3).view(x.shape[0], x.shape[2], -1),
+        ".contiguous()",
+    ),
+    "not merged": (lambda x: x.permute(0, 2, 1, 3), "did not merge the last two"),
+    "heads summed": (lambda x: x.sum(dim=1), "summed/averaged the heads"),
+    "batch size 1 only": (_combine_batch_one, "works for batch size 1 but not for batch size"),
+}
+
+
+@pytest.mark.parametrize("name", COMBINE_MISTAKES)
+def test_combine_heads_mistakes_are_named(name):
+    candidate, phrase = COMBINE_MISTAKES[name]
+    assert_caught("combine_heads", candidate, phrase)
+
+
+def test_view_message_says_how_to_fix_it():
+    result = result_of("combine_heads", COMBINE_MISTAKES["view on a non-contiguous tensor"][0])
+    assert "reshape" in result.message and "contiguous" in result.message
+
+
+def test_combine_heads_stub():
+    def stub(x):
+        raise NotImplementedError
+
+    assert result_of("combine_heads", stub).status == "not attempted"
+
+
+# ------------------------------------------------------------------------------------------
+# multi_head_attention: a learner-style base class; each mistake overrides one piece
+
+
+class Learner(nn.Module):
+    """A correct learner solution, written in the slides' style (seed 000)."""
+
+    qkv_bias = False
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        assert d_model % num_heads == 0
+        self.num_heads = num_heads
+        self.d_model = d_model
+        self.head_dim = d_model // num_heads
+        self.query_linear = nn.Linear(d_model, d_model, bias=self.qkv_bias)
+        self.key_linear = nn.Linear(d_model, d_model, bias=self.qkv_bias)
+        self.value_linear = nn.Linear(d_model, d_model, bias=self.qkv_bias)
+        self.output_linear = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x, batch_size):
+        x = x.reshape(batch_size, x.size(1), self.num_heads, self.head_dim)
+        return x.permute(0, 2, 1, 3)
+
+    def scale(self):
+        return self.head_dim**0.5
+
+    def compute_attention(self, query, key, value, mask=None):
+        scores = torch.matmul(query, key.transpose(-2, -1)) / self.scale()
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        attention_weights = F.softmax(scores, dim=-1)
+        return torch.matmul(attention_weights, value)
+
+    def combine_heads(self, x, batch_size):
+        x = x.permute(0, 2, 1, 3).contiguous()
+        return x.view(batch_size, -1, self.d_model)
+
+    def project(self, query, key, value):
+        return self.query_linear(query), self.key_linear(key), self.value_linear(value)
+
+    def forward(self, query, key, value, mask=None):
+        batch_size = query.size(0)
+        q, k, v = self.project(query, key, value)
+        q, k, v = (self.split_heads(t, batch_size) for t in (q, k, v))
+        context = self.compute_attention(q, k, v, mask)
+        return self.output_linear(self.combine_heads(context, batch_size))
+
+
+class WithQKVBias(Learner):
+    qkv_bias = True
+
+
+class MinusOneE9(Learner):
+    def compute_attention(self, query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)  # seed 001's choice
+        return torch.softmax(scores, dim=-1) @ value
+
+
+class Einsum(Learner):
+    def compute_attention(self, query, key, value, mask=None):
+        scores = torch.einsum("bhqd,bhkd->bhqk", query, key) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores.masked_fill(~mask.bool(), float("-inf"))
+        return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(dim=-1), value)
+
+
+class PyTorchSDPA(Learner):
+    def compute_attention(self, query, key, value, mask=None):
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=None if mask is None else mask.bool())
+
+
+class ReshapeNotView(Learner):
+    def split_heads(self, x, batch_size):
+        return x.reshape(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def combine_heads(self, x, batch_size):
+        return x.transpose(1, 2).reshape(batch_size, -1, self.d_model)
+
+
+class UsesCourseFunctions(nn.Module):
+    """The learner reuses split_heads / combine_heads / scaled_dot_product_attention from course_utils."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.query_linear = nn.Linear(d_model, d_model, bias=False)
+        self.key_linear = nn.Linear(d_model, d_model, bias=False)
+        self.value_linear = nn.Linear(d_model, d_model, bias=False)
+        self.output_linear = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
+
+        q = split_heads(self.query_linear(query), self.num_heads)
+        k = split_heads(self.key_linear(key), self.num_heads)
+        v = split_heads(self.value_linear(value), self.num_heads)
+        context, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.output_linear(combine_heads(context))
+
+
+class Seed001Style(nn.Module):
+    """The article's class (seed 001) with the contract's attribute names: biases everywhere, view + transpose."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        self.query_linear = nn.Linear(d_model, d_model)
+        self.key_linear = nn.Linear(d_model, d_model)
+        self.value_linear = nn.Linear(d_model, d_model)
+        self.output_linear = nn.Linear(d_model, d_model)
+
+    def forward(self, q, k, v, mask=None):
+        batch_size = q.size(0)
+        q, k, v = self.query_linear(q), self.key_linear(k), self.value_linear(v)
+        q = q.view(batch_size, -1, self.num_heads, self.d_k).transpose(1, 2)
+        k = k.view(batch_size, -1, self.num_heads, self.d_k).transpose(1, 2)
+        v = v.view(batch_size, -1, self.num_heads, self.d_k).transpose(1, 2)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        context = torch.matmul(torch.softmax(scores, dim=-1), v)
+        context = context.transpose(1, 2).contiguous().view(batch_size, -1, self.d_model)
+        return self.output_linear(context)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        solution("multi_head_attention"),
+        Learner,
+        WithQKVBias,
+        MinusOneE9,
+        Einsum,
+        PyTorchSDPA,
+        ReshapeNotView,
+        UsesCourseFunctions,
+        Seed001Style,
+    ],
+    ids=lambda c: c.__name__,
+)
+def test_multi_head_attention_correct_versions_pass(candidate):
+    assert_passes("multi_head_attention", candidate)
+
+
+# --- planted mistakes
+
+
+class SplitNoPermute(Learner):
+    def split_heads(self, x, batch_size):
+        return x.reshape(batch_size, self.num_heads, -1, self.head_dim)
+
+
+class CombineNoPermute(Learner):
+    def combine_heads(self, x, batch_size):
+        return x.reshape(batch_size, -1, self.d_model)
+
+
+class BothNoPermute(SplitNoPermute, CombineNoPermute):
+    pass
+
+
+class ViewNotContiguous(Learner):
+    def combine_heads(self, x, batch_size):
+        return x.permute(0, 2, 1, 3).view(batch_size, -1, self.d_model)
+
+
+class WrongOrder(Learner):
+    def combine_heads(self, x, batch_size):
+        return x.permute(0, 2, 3, 1).reshape(batch_size, -1, self.d_model)
+
+
+class Interleaved(Learner):
+    def split_heads(self, x, batch_size):
+        return x.reshape(batch_size, x.size(1), self.head_dim, self.num_heads).permute(0, 3, 1, 2)
+
+    def combine_heads(self, x, batch_size):
+        return x.permute(0, 2, 3, 1).reshape(batch_size, -1, self.d_model)
+
+
+class NoOutputProjection(Learner):
+    def forward(self, query, key, value, mask=None):
+        batch_size = query.size(0)
+        q, k, v = (self.split_heads(t, batch_size) for t in self.project(query, key, value))
+        return self.combine_heads(self.compute_attention(q, k, v, mask), batch_size)
+
+
+class OneProjection(Learner):
+    def project(self, query, key, value):
+        return self.query_linear(query), self.query_linear(key), self.query_linear(value)
+
+
+class AliasedProjection(Learner):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.key_linear = self.value_linear = self.query_linear
+
+
+class IgnoresKeyValue(Learner):
+    def project(self, query, key, value):
+        return self.query_linear(query), self.key_linear(query), self.value_linear(query)
+
+
+class ScaleByDModel(Learner):
+    def scale(self):
+        return self.d_model**0.5
+
+
+class NoScale(Learner):
+    def scale(self):
+        return 1.0
+
+
+class IgnoresMask(Learner):
+    def compute_attention(self, query, key, value, mask=None):
+        return super().compute_attention(query, key, value, None)
+
+
+class InvertedMask(Learner):
+    def compute_attention(self, query, key, value, mask=None):
+        return super().compute_attention(query, key, value, None if mask is None else mask == 0)
+
+
+class InvertedMaskMinusOneE9(MinusOneE9):
+    def compute_attention(self, query, key, value, mask=None):
+        return super().compute_attention(query, key, value, None if mask is None else mask == 0)
+
+
+class NaiveExp(Learner):
+    def compute_attention(self, query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1) / self.scale()
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        e = scores.exp()  # overflows for the checker's large-magnitude case
+        return e / e.sum(dim=-1, keepdim=True) @ value
+
+
+class ReturnsTuple(Learner):
+    def compute_attention(self, query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1) / self.scale()
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        self._weights = torch.softmax(scores, dim=-1)
+        return self._weights @ value
+
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, mask), self._weights
+
+
+class BatchOneOnly(Learner):
+    def split_heads(self, x, batch_size):
+        return x.view(1, -1, self.num_heads, self.head_dim).transpose(1, 2)  # batch hard-coded to 1
+
+    def combine_heads(self, x, batch_size):
+        return x.transpose(1, 2).reshape(1, -1, self.d_model)
+
+
+class ReturnsHeads(Learner):
+    def forward(self, query, key, value, mask=None):
+        batch_size = query.size(0)
+        q, k, v = (self.split_heads(t, batch_size) for t in self.project(query, key, value))
+        return self.compute_attention(q, k, v, mask)
+
+
+class SeedNames(nn.Module):
+    """Seed 001's attribute names: the checker cannot find query_linear."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        return self.W_o(query)
+
+
+class PerHeadSizedProjections(Learner):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.query_linear = nn.Linear(d_model, d_model // num_heads, bias=False)
+
+
+class NoOutputBias(Learner):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.output_linear = nn.Linear(d_model, d_model, bias=False)
+
+
+class MixedBias(Learner):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.query_linear = nn.Linear(d_model, d_model)
+
+
+MHA_MISTAKES = [
+    (SplitNoPermute, "scrambled when splitting"),
+    (CombineNoPermute, "scrambled when combining"),
+    (BothNoPermute, "without a permute either way"),
+    (ViewNotContiguous, ".contiguous()"),
+    (WrongOrder, "heads concatenated in the wrong order"),
+    (Interleaved, "every H-th feature"),
+    (NoOutputProjection, "missing output projection"),
+    (OneProjection, "one projection reused for Q, K and V"),
+    (AliasedProjection, "one projection reused for Q, K and V"),
+    (IgnoresKeyValue, "key/value arguments ignored"),
+    (ScaleByDModel, "scaled the scores by sqrt(d_model)"),
+    (NoScale, "did not scale the scores"),
+    (IgnoresMask, "the mask was ignored"),
+    (InvertedMask, "the mask is inverted"),
+    (InvertedMaskMinusOneE9, "the mask is inverted"),
+    (NaiveExp, "contains NaN"),
+    (ReturnsTuple, "returned a tuple (output, weights)"),
+    (BatchOneOnly, "works for batch size 1 but not for batch size"),
+    (ReturnsHeads, "still has a heads axis"),
+    (SeedNames, "no attribute `query_linear`"),
+    (PerHeadSizedProjections, "`query_linear.weight` has shape"),
+    (NoOutputBias, "`output_linear` has no bias"),
+    (MixedBias, "only query_linear has a bias"),
+]
+
+
+@pytest.mark.parametrize("candidate,phrase", MHA_MISTAKES, ids=[c.__name__ for c, _ in MHA_MISTAKES])
+def test_multi_head_attention_mistakes_are_named(candidate, phrase):
+    assert_caught("multi_head_attention", candidate, phrase, not_phrases=["largest difference"])
+
+
+def test_each_mha_mistake_has_its_own_message():
+    messages = {c.__name__: result_of("multi_head_attention", c).message for c, _ in MHA_MISTAKES}
+    # the same mistake, written two ways
+    same = [("OneProjection", "AliasedProjection"), ("InvertedMask", "InvertedMaskMinusOneE9")]
+    for a, b in same:
+        assert messages[a] == messages[b]
+    assert len(set(messages.values())) == len(MHA_MISTAKES) - len(same)
+
+
+def test_view_in_mha_gets_the_contiguous_advice():
+    message = result_of("multi_head_attention", ViewNotContiguous).message
+    assert "reshape" in message and "view" in message
+
+
+def test_unknown_wrong_result_shows_the_difference():
+    class HalfOutput(Learner):
+        def forward(self, query, key, value, mask=None):
+            return 0.5 * super().forward(query, key, value, mask)
+
+    assert_caught("multi_head_attention", HalfOutput, "largest difference")
+
+
+def test_multi_head_attention_stubs_are_not_attempted():
+    class StubInit(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            raise NotImplementedError
+
+    class StubForward(Learner):
+        def forward(self, query, key, value, mask=None):
+            raise NotImplementedError
+
+    assert result_of("multi_head_attention", StubInit).status == "not attempted"
+    assert result_of("multi_head_attention", StubForward).status == "not attempted"
+
+
+def test_not_a_module_is_explained():
+    assert_caught("multi_head_attention", lambda d_model, num_heads: None, "not an nn.Module")
+
+
+def test_an_instance_instead_of_the_class_is_explained():
+    assert_caught("multi_head_attention", Learner(8, 2), "not an instance")
+
+
+def test_the_check_leaves_the_global_random_stream_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    check("multi_head_attention", Learner, quiet=True)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_checker_inputs_are_not_changed_in_place():
+    class InPlace(Learner):
+        def forward(self, query, key, value, mask=None):
+            out = super().forward(query, key, value, mask)
+            query.mul_(2)
+            return out
+
+    assert_caught("multi_head_attention", InPlace, "in place")
+
+
+def test_the_checkers_model_of_each_mistake_agrees_with_the_reference_when_correct():
+    """The checker's knob-model of MHA (_mha) with no knob turned equals the reference module."""
+    from course_utils.exercises import multihead as mh
+
+    for qkv_bias in (False, True):
+        w = mh._reference_weights(16, qkv_bias, seed=1)
+        ref = solution("multi_head_attention")(16, 4, qkv_bias=qkv_bias)
+        mh._load_into(ref, w)
+        q, k = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+        mask = mh._make_mask("padding", 2, 4, 3, 5, seed=0)
+        torch.testing.assert_close(mh._mha(w, q, k, k, mask, 4), ref(q, k, k, mask), atol=1e-6, rtol=1e-6)
