@@ -52,12 +52,16 @@ def _check_mask(mask, scores_shape):
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor of 0/1 or bool, got {type(mask).__name__}")
     try:
-        torch.broadcast_shapes(mask.shape, scores_shape)
+        # the mask may broadcast *to* the scores' shape, never enlarge it
+        # (a [B, 1, 1, L] padding mask on 3-D scores would silently give [B, B, L, L])
+        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
     except RuntimeError:
+        fits = False
+    if not fits:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
             f"{tuple(scores_shape)} ([..., L_q, L_k]); 1/True marks allowed positions"
-        ) from None
+        )
     if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
         raise ValueError("mask must hold only 0/1 (or False/True): 1 = may attend, 0 = may not")
 

@@ -58,7 +58,7 @@ def call(candidate, *args, **kwargs):
         raise
     except Exception as exc:
         raise Mistake(explain_exception(exc)) from None
-    for i, (before, after) in enumerate(zip(originals, args)):
+    for i, (before, after) in enumerate(zip(originals, args, strict=True)):
         if isinstance(before, torch.Tensor) and not torch.equal(before, after):
             raise Mistake(
                 f"your function changed its input (argument {i + 1}) in place. Use out-of-place "

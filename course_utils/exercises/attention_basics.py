@@ -1,0 +1,531 @@
+"""Lesson 02's exercises: stable softmax, scaled dot-product attention, the causal mask.
+
+The solutions are the course's reference code: ``course_utils.softmax.stable_softmax``,
+``course_utils.attention.scaled_dot_product_attention`` and ``causal_mask``.
+
+Fully masked query rows (a query with no key it may attend to) have no
+"right" softmax. The checker accepts the two NaN-free answers: all-zero
+weights and a zero output (the course's reference and PyTorch's own
+``F.scaled_dot_product_attention``), or uniform weights and the mean of the
+values (what filling with -1e9 gives). It rejects NaN, which is what filling
+with -inf gives, because one NaN row spreads to every later layer.
+"""
+
+import math
+
+import torch
+
+from course_utils.attention import causal_mask, scaled_dot_product_attention
+from course_utils.exercises import exercise
+from course_utils.exercises.checking import Mistake, call, describe, expect_tensor
+from course_utils.softmax import stable_softmax
+
+# Distinctive phrases, one per mistake (the tests look for them).
+NO_SCALING = "you did not scale the scores"
+SCALE_BY_DK = "you divided the scores by d_k instead of sqrt(d_k)"
+SCALE_BY_DV = "you divided by sqrt(d_v), the size of the values"
+SCALE_BY_LEN = "you divided by the square root of the sequence length"
+SCALE_MULTIPLIED = "you multiplied the scores by sqrt(d_k)"
+WRONG_AXIS = "softmax over the wrong axis"
+OVERFLOW = "exp() overflowed"
+MASK_IGNORED = "the mask was ignored"
+MASK_INVERTED = "the mask is inverted"
+MASK_AFTER_SOFTMAX = "the mask was applied after the softmax"
+MASK_ADDED = "you added the mask to the scores"
+MASK_MULTIPLIED = "you multiplied the scores by the mask"
+MASK_NOT_BOOL = "masked_fill needs a boolean condition"
+WRONG_ORDER = "output and weights are in the wrong order"
+NOT_A_PAIR = "return a pair (output, weights)"
+OUTPUT_NOT_WEIGHTED_SUM = "the weights are right but the output is not weights @ v"
+ONLY_UNBATCHED = "works on unbatched 2-D inputs but not on batched ones"
+FULLY_MASKED_NAN = "a fully masked query row gave NaN"
+DIM_IGNORED = "you ignored the dim argument"
+GLOBAL_MAX = "you subtracted the maximum of the whole tensor"
+NORMALISED_OVER_ALL = "you divided by the sum over the whole tensor"
+KEEPDIM = "keepdim=True"
+CAUSAL_TRANSPOSED = "your mask is transposed"
+CAUSAL_NO_DIAGONAL = "the diagonal is missing"
+CAUSAL_INVERTED = "your mask marks the forbidden positions"
+CAUSAL_ADDITIVE = "an additive float mask"
+CAUSAL_VALUES = "a mask holds only True/False or 1/0"
+
+_UNBATCHED_ADVICE = (
+    "`k.T` / `k.t()` only transpose 2-D tensors; `k.transpose(-2, -1)` swaps the last two axes "
+    "whatever batch and head axes come first. Likewise use `dim=-1` rather than `dim=1`."
+)
+
+
+def _close(a, b, atol=1e-5, rtol=1e-4):
+    return (
+        isinstance(a, torch.Tensor)
+        and a.shape == b.shape
+        and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
+    )
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------- stable_softmax
+
+
+def _softmax_cases():
+    g = _gen(2)
+    inf = float("inf")
+    return [
+        ("a 1-D tensor [1, 2, 3]", torch.tensor([1.0, 2.0, 3.0]), -1),
+        ("rows of a [3, 3] tensor", torch.randn(3, 3, generator=g), -1),
+        ("rows of a [4, 6] tensor", torch.randn(4, 6, generator=g), -1),
+        ("dim=1 of a [2, 3, 4] tensor", torch.randn(2, 3, 4, generator=g), 1),
+        ("dim=0 of a [3, 5] tensor", torch.randn(3, 5, generator=g), 0),
+        ("masked scores with -inf entries", torch.tensor([[0.0, -inf, 1.0], [-inf, 2.0, 2.0]]), -1),
+        (
+            "large scores [[1000, 1001, 1002], [-1000, -1001, -1002]]",
+            torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -1002.0]]),
+            -1,
+        ),
+        (
+            "rows of very different size [[10000, 9999, 9998], [0, 1, 2]]",
+            torch.tensor([[1e4, 1e4 - 1, 1e4 - 2], [0.0, 1.0, 2.0]]),
+            -1,
+        ),
+        ("a float64 tensor", torch.randn(2, 5, generator=g, dtype=torch.float64), -1),
+    ]
+
+
+def _softmax_overflows(x, dim):
+    """The two unstable softmaxes; their NaNs sit in different rows, so they can be told apart."""
+    naive = torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)
+    shifted = torch.exp(x - x.max())
+    return [
+        (
+            f"{OVERFLOW}: exp(1000) is inf in float32 (anything above ~88 is) and inf/inf = NaN; exp(-1000) is 0 "
+            f"and 0/0 = NaN. Subtract each row's maximum before exp(): x.amax(dim=dim, keepdim=True).",
+            naive,
+        ),
+        (
+            f"{GLOBAL_MAX}: a row far below that maximum becomes exp(-10000) = 0 everywhere and 0/0 = NaN. "
+            f"Subtract each row's own maximum: x.amax(dim=dim, keepdim=True).",
+            shifted / shifted.sum(dim=dim, keepdim=True),
+        ),
+    ]
+
+
+def _softmax_mistakes(x, dim):
+    wrongs = []
+    for other in range(x.dim()):
+        if other != dim % x.dim():
+            wrongs.append(
+                (
+                    f"{DIM_IGNORED} or used the wrong axis: normalise along dim={dim} "
+                    f"(you normalised along dim={other}).",
+                    torch.softmax(x, dim=other),
+                )
+            )
+    wrongs.append(
+        (
+            f"{NORMALISED_OVER_ALL}; each slice along `dim` must sum to 1 on its own: exp.sum(dim=dim, keepdim=True).",
+            torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
+        )
+    )
+    if x.dim() == 2 and x.shape[0] == x.shape[1]:
+        m = x.amax(dim=dim)  # without keepdim: broadcasts along the wrong axis of a square matrix
+        e = torch.exp(x - m)
+        wrongs.append(
+            (
+                f"the row maximum lost its axis: use amax(dim=dim, {KEEPDIM}) (and sum(..., {KEEPDIM})) "
+                f"so it broadcasts back over its own row, not across rows.",
+                e / e.sum(dim=dim),
+            )
+        )
+    return wrongs
+
+
+@exercise(
+    "stable_softmax",
+    solution=stable_softmax,
+    hints=[
+        "softmax(x) = exp(x) / sum(exp(x)) along `dim`; it does not change if you subtract the same number "
+        "from every entry of a row.",
+        "Subtract each row's maximum first: `x.amax(dim=dim, keepdim=True)`. Then the largest exponent is exp(0) = 1.",
+        "`m = x.amax(dim=dim, keepdim=True); e = torch.exp(x - m); return e / e.sum(dim=dim, keepdim=True)`",
+    ],
+)
+def check_stable_softmax(candidate):
+    for description, x, dim in _softmax_cases():
+        expected = torch.softmax(x, dim=dim)
+        got = call(candidate, x, dim=dim)
+        expect_tensor(got, expected.shape, what=f"result for {description}")
+        if got.dtype != x.dtype:
+            raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
+        # float32 has ~3 decimal digits left after 10000: x - logsumexp(x) is then only good to ~1e-3
+        atol = 1e-3 if x.abs().nan_to_num(0, 0, 0).max() > 100 else 1e-5
+        if _close(got, expected, atol=atol):
+            continue
+        for message, wrong in _softmax_overflows(x, dim):
+            if _close(got, wrong):
+                raise Mistake(f"{message}\n(case: {description})")
+        if not torch.isfinite(got).all():
+            raise Mistake(
+                f"{OVERFLOW}? The result for {description} contains NaN or inf. Subtract each row's "
+                f"maximum before exp(): x.amax(dim=dim, keepdim=True)."
+            )
+        for message, wrong in _softmax_mistakes(x, dim):
+            if _close(got, wrong):
+                raise Mistake(f"{message}\n(case: {description})")
+        diff = (got.double() - expected.double()).abs().nan_to_num(float("inf")).max().item()
+        raise Mistake(
+            f"the softmax is not right for {description}: largest difference {diff:.3g}.\n"
+            f"expected: {describe(expected)}\ngot:      {describe(got)}"
+        )
+
+
+# --------------------------------------------------------------------------- scaled_dot_product_attention
+
+
+def _attention_cases():
+    """(description, q, k, v, mask). d_k, d_v, L_q and L_k all differ, so each wrong scale is recognisable."""
+    g = _gen(3)
+
+    def r(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g) * scale
+
+    lengths = torch.tensor([4, 6])  # two sentences of a batch; the first has 2 padding positions
+    pad = torch.arange(6)[None, :] < lengths[:, None]  # [2, 6], True = real token
+    window = torch.tensor([[1, 1, 0, 1, 0, 1], [0, 1, 1, 1, 1, 0], [1, 0, 0, 1, 1, 1]])  # [3, 6], every row mixed
+    return [
+        ("unbatched: q [4, 8], k [6, 8], v [6, 5]", r(4, 8), r(6, 8), r(6, 5), None),
+        ("batched: q [2, 3, 16], k [2, 5, 16], v [2, 5, 7]", r(2, 3, 16), r(2, 5, 16), r(2, 5, 7), None),
+        (
+            "heads: q [2, 4, 3, 32], k [2, 4, 6, 32], v [2, 4, 6, 5]",
+            r(2, 4, 3, 32),
+            r(2, 4, 6, 32),
+            r(2, 4, 6, 5),
+            None,
+        ),
+        (
+            "padding mask [2, 1, 1, 6] (bool) on heads q [2, 2, 3, 8]",
+            r(2, 2, 3, 8),
+            r(2, 2, 6, 8),
+            r(2, 2, 6, 5),
+            pad[:, None, None, :],
+        ),
+        (
+            "0/1 integer padding mask [2, 1, 6] on batched q [2, 3, 8]",
+            r(2, 3, 8),
+            r(2, 6, 8),
+            r(2, 6, 5),
+            pad[:, None, :].long(),
+        ),
+        (
+            "causal mask [5, 5] (bool) broadcast over a batch q, k [2, 5, 12]",
+            r(2, 5, 12),
+            r(2, 5, 12),
+            r(2, 5, 3),
+            causal_mask(5),
+        ),
+        ("0/1 integer mask [3, 6] broadcast over a batch q [2, 3, 8]", r(2, 3, 8), r(2, 6, 8), r(2, 6, 5), window),
+        (
+            "large scores (|q . k| ~ 1000): q, k [2, 3, 16] times 30",
+            r(2, 3, 16, scale=30.0),
+            r(2, 5, 16, scale=30.0),
+            r(2, 5, 7),
+            None,
+        ),
+    ]
+
+
+def _weights_variant(q, k, mask, scale, dim=-1, mask_mode="before"):
+    """Attention weights as one mistake would compute them (masked with -1e9, so no NaN)."""
+    scores = q @ k.transpose(-2, -1) / scale
+    if mask is not None:
+        if mask_mode == "before":
+            scores = scores.masked_fill(mask == 0, -1e9)
+        elif mask_mode == "inverted":
+            scores = scores.masked_fill(mask != 0, -1e9)
+        elif mask_mode == "added":
+            scores = scores + mask.float()
+        elif mask_mode == "multiplied":
+            scores = scores * mask.float()
+    weights = torch.softmax(scores, dim=dim)
+    if mask is not None and mask_mode == "after":
+        weights = weights.masked_fill(mask == 0, 0.0)
+    return weights
+
+
+def _rows_with_a_key(mask, shape):
+    """[..., L_q] True where the query row has at least one allowed key under ``mask``."""
+    if mask is None:
+        return torch.ones(shape[:-1], dtype=torch.bool)
+    return torch.broadcast_to(mask != 0, shape).any(dim=-1)
+
+
+def _close_on_rows(got, wrong, rows):
+    """Compare only the query rows in ``rows`` (rows with no allowed key differ between -inf and -1e9)."""
+    if got.shape != wrong.shape:
+        return False
+    return _close(got[rows], wrong[rows])
+
+
+def _attention_mistakes(q, k, v, mask):
+    """(message, weights that mistake gives, rows to compare)."""
+    d_k, d_v, l_q, l_k = q.shape[-1], v.shape[-1], q.shape[-2], k.shape[-2]
+    shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), l_q, l_k)
+    rows = _rows_with_a_key(mask, shape)
+    sqrt_dk = math.sqrt(d_k)
+    out = [
+        (
+            f"{NO_SCALING}: divide q k^T by sqrt(d_k) = {sqrt_dk:.3g} (d_k = {d_k}, the size of q and k) "
+            f"before the softmax, so the scores keep a variance near 1.",
+            _weights_variant(q, k, mask, 1.0),
+            rows,
+        ),
+        (
+            f"{SCALE_BY_DK} = {sqrt_dk:.3g} (d_k = {d_k}): the variance of q . k grows like d_k, so its "
+            f"standard deviation grows like sqrt(d_k).",
+            _weights_variant(q, k, mask, float(d_k)),
+            rows,
+        ),
+        (f"{SCALE_MULTIPLIED} instead of dividing by it.", _weights_variant(q, k, mask, 1 / sqrt_dk), rows),
+    ]
+    if d_v != d_k:
+        out.append(
+            (
+                f"{SCALE_BY_DV} = {d_v}; scale by sqrt(d_k) = sqrt(q.shape[-1]) = sqrt({d_k}), the size of "
+                f"the vectors in the dot product.",
+                _weights_variant(q, k, mask, math.sqrt(d_v)),
+                rows,
+            )
+        )
+    for name, length in (("L_k", l_k), ("L_q", l_q)):
+        if length != d_k:
+            out.append(
+                (
+                    f"{SCALE_BY_LEN} ({name} = {length}); scale by sqrt(d_k) = sqrt(q.shape[-1]), the "
+                    f"feature size, not a number of positions.",
+                    _weights_variant(q, k, mask, math.sqrt(length)),
+                    rows,
+                )
+            )
+    for dim in range(len(shape) - 1):
+        message = (
+            f"{WRONG_AXIS} (dim={dim}, i.e. dim={dim - len(shape)}): each query's weights over the keys must sum to 1, so the "
+            f"softmax runs over the last axis, dim=-1."
+        )
+        if dim == 1 and len(shape) > 2:
+            message += " (dim=1 is the key axis only for 2-D inputs.)"
+        variant = _weights_variant(q, k, mask, sqrt_dk, dim=dim)
+        out.append((message, variant, rows & torch.isfinite(variant).all(dim=-1)))
+    if mask is not None:
+        out += [
+            (
+                f"{MASK_IGNORED}: positions where the mask is 0/False must get weight 0. Fill their scores with "
+                f"-inf (or -1e9) before the softmax: scores.masked_fill(mask == 0, float('-inf')).",
+                _weights_variant(q, k, None, sqrt_dk),
+                rows,
+            ),
+            (
+                f"{MASK_INVERTED}: 1/True means 'may attend' and 0/False 'may not'. Fill where mask == 0, "
+                f"not where it is 1.",
+                _weights_variant(q, k, mask, sqrt_dk, mask_mode="inverted"),
+                _rows_with_a_key(mask == 0, shape),
+            ),
+            (
+                f"{MASK_AFTER_SOFTMAX}: zeroing weights afterwards leaves rows that no longer sum to 1. Mask the "
+                f"scores (with -inf or -1e9) before the softmax.",
+                _weights_variant(q, k, mask, sqrt_dk, mask_mode="after"),
+                rows,
+            ),
+            (
+                f"{MASK_ADDED} (scores + mask): a 0/1 mask must decide, not nudge. That is the float-mask convention "
+                f"of F.scaled_dot_product_attention; here use scores.masked_fill(mask == 0, float('-inf')).",
+                _weights_variant(q, k, mask, sqrt_dk, mask_mode="added"),
+                rows,
+            ),
+            (
+                f"{MASK_MULTIPLIED}: a masked score becomes 0, and exp(0) = 1 still gives it weight. Fill it with "
+                f"-inf (or -1e9) instead: scores.masked_fill(mask == 0, float('-inf')).",
+                _weights_variant(q, k, mask, sqrt_dk, mask_mode="multiplied"),
+                rows,
+            ),
+        ]
+    return out
+
+
+def _call_attention(candidate, description, q, k, v, mask, unbatched_ok):
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+    try:
+        return call(candidate, *args)
+    except Mistake as m:
+        text = str(m)
+        if "masked_fill" in text and "bool" in text:
+            raise Mistake(
+                f"{MASK_NOT_BOOL} ({description}): `~mask` or `masked_fill(mask, ...)` only work for bool masks. "
+                f"`mask == 0` is True where attending is not allowed, for bool and 0/1 masks alike.\n{text}"
+            ) from None
+        if q.dim() > 2 and unbatched_ok:
+            raise Mistake(f"your function {ONLY_UNBATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
+        if mask is not None:
+            raise Mistake(f"with a mask ({description}): {text}") from None
+        raise
+
+
+def _unpack(got, expected_out, expected_w, description):
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        extra = ""
+        if isinstance(got, torch.Tensor) and got.shape == expected_out.shape:
+            extra = " You returned only the output."
+        raise Mistake(f"{NOT_A_PAIR}, as in seed 001's `return output, attention_weights`.{extra} ({description})")
+    out, weights = got
+    if (
+        isinstance(out, torch.Tensor)
+        and isinstance(weights, torch.Tensor)
+        and out.shape == expected_w.shape
+        and weights.shape == expected_out.shape
+    ):
+        raise Mistake(f"{WRONG_ORDER}: return (output, weights), output [..., L_q, d_v] first. ({description})")
+    expect_tensor(out, expected_out.shape, dtype=expected_out.dtype, what=f"output for {description}")
+    expect_tensor(weights, expected_w.shape, dtype=expected_w.dtype, what=f"weights for {description}")
+    return out, weights
+
+
+@exercise(
+    "scaled_dot_product_attention",
+    solution=scaled_dot_product_attention,
+    hints=[
+        "Four steps: scores = q k^T; scale by sqrt(d_k); softmax over the keys (last axis); weighted sum with v. "
+        "Return (output, weights).",
+        "Use `k.transpose(-2, -1)` so batches and heads work, `d_k = q.shape[-1]`, and "
+        "`scores.masked_fill(mask == 0, float('-inf'))` before `torch.softmax(scores, dim=-1)`.",
+        "A query row with no allowed key is all -inf and softmax gives NaN: replace NaN by 0 with "
+        "`weights.nan_to_num(0.0)` (or fill with -1e9, which gives uniform weights there).",
+    ],
+)
+def check_scaled_dot_product_attention(candidate):
+    unbatched_ok = False
+    for description, q, k, v, mask in _attention_cases():
+        expected_out, expected_w = scaled_dot_product_attention(q, k, v, mask)
+        got = _call_attention(candidate, description, q, k, v, mask, unbatched_ok)
+        out, weights = _unpack(got, expected_out, expected_w, description)
+        weights_ok = _close(weights, expected_w)
+        if weights_ok and _close(out, expected_out):
+            unbatched_ok = unbatched_ok or q.dim() == 2
+            continue
+        if weights_ok:
+            raise Mistake(
+                f"{OUTPUT_NOT_WEIGHTED_SUM} ({description}): output = weights @ v, [..., L_q, L_k] @ "
+                f"[..., L_k, d_v].\nexpected: {describe(expected_out)}\ngot:      {describe(out)}"
+            )
+        sums_ok = torch.isfinite(weights).all() and _close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        if "large" in description and not sums_ok:
+            raise Mistake(
+                f"{OVERFLOW} on large scores ({description}): your weights contain NaN/inf (or NaN "
+                f"replaced by 0, so rows no longer sum to 1). exp(100) is already inf in float32. "
+                f"Subtract each row's maximum before exp(), or use torch.softmax, which does it for you."
+            )
+        for message, wrong, rows in _attention_mistakes(q, k, v, mask):
+            if _close_on_rows(weights, wrong, rows):
+                raise Mistake(f"{message}\n(case: {description})")
+        if q.dim() > 2 and unbatched_ok:
+            raise Mistake(
+                f"your function {ONLY_UNBATCHED} ({description}): the weights are wrong. "
+                f"{_UNBATCHED_ADVICE}\nexpected: {describe(expected_w)}\ngot:      {describe(weights)}"
+            )
+        diff = (weights.double() - expected_w.double()).abs().nan_to_num(float("inf")).max().item()
+        raise Mistake(
+            f"the attention weights are not right ({description}): largest difference {diff:.3g}.\n"
+            f"expected: {describe(expected_w)}\ngot:      {describe(weights)}"
+        )
+    _check_fully_masked_rows(candidate)
+
+
+def _check_fully_masked_rows(candidate):
+    """A query that may attend to nothing: accept zeros (reference, PyTorch) or uniform (-1e9), reject NaN."""
+    g = _gen(4)
+    q, k, v = torch.randn(2, 3, 8, generator=g), torch.randn(2, 5, 8, generator=g), torch.randn(2, 5, 4, generator=g)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False  # query 1 of sentence 0 may attend to nothing
+    mask[1, :, 3:] = False  # ordinary padding in sentence 1
+    description = "mask [2, 3, 5] where query 1 of sentence 0 may attend to no key"
+    expected_out, expected_w = scaled_dot_product_attention(q, k, v, mask)
+    out, weights = _unpack(
+        _call_attention(candidate, description, q, k, v, mask, True), expected_out, expected_w, description
+    )
+    empty = torch.zeros(2, 3, dtype=torch.bool)
+    empty[0, 1] = True
+    if torch.isnan(weights[empty]).any() or torch.isnan(out[empty]).any():
+        raise Mistake(
+            f"{FULLY_MASKED_NAN} ({description}): with -inf every score of that row is -inf and softmax computes "
+            f"0/0. One NaN row spreads to every later layer. Replace it by zeros (`weights.nan_to_num(0.0)`, the "
+            f"course's choice and PyTorch's) or fill with -1e9 (uniform weights there)."
+        )
+    if not (_close(weights[~empty], expected_w[~empty]) and _close(out[~empty], expected_out[~empty])):
+        raise Mistake(
+            f"the rows that do have allowed keys are not right ({description}).\n"
+            f"expected: {describe(expected_w[~empty])}\ngot:      {describe(weights[~empty])}"
+        )
+    row_w, row_out = weights[0, 1], out[0, 1]
+    zeros_ok = _close(row_w, torch.zeros(5)) and _close(row_out, torch.zeros(4))
+    uniform_ok = _close(row_w, torch.full((5,), 0.2)) and _close(row_out, v[0].mean(dim=0))
+    torch_sdpa_ok = _close(row_w, torch.full((5,), 0.2)) and _close(row_out, torch.zeros(4))
+    if not (zeros_ok or uniform_ok or torch_sdpa_ok):
+        raise Mistake(
+            f"the fully masked row should be all zeros (weights and output), or uniform weights 1/L_k with the "
+            f"mean of the values ({description}).\ngot weights {describe(row_w, 5)}, output {describe(row_out)}"
+        )
+
+
+# --------------------------------------------------------------------------- causal_mask
+
+
+def _causal_mistakes(n):
+    lower = torch.ones(n, n).tril()
+    return [
+        (
+            f"{CAUSAL_TRANSPOSED} (upper triangle): row i is the query at position i and may see columns 0..i, "
+            f"the past, not the future. Use the lower triangle: torch.ones(n, n).tril().",
+            lower.T,
+        ),
+        (
+            f"{CAUSAL_NO_DIAGONAL}: a token may attend to itself, so (i, i) is allowed; tril() keeps the diagonal, "
+            f"tril(-1) drops it.",
+            torch.ones(n, n).tril(-1),
+        ),
+        (
+            f"{CAUSAL_INVERTED} (the future) with True/1. The course's convention is the other way round: "
+            f"True/1 = may attend, so mark the past and the token itself.",
+            torch.ones(n, n).triu(1),
+        ),
+    ]
+
+
+@exercise(
+    "causal_mask",
+    solution=causal_mask,
+    hints=[
+        "Row i is the query at position i; it may attend to keys 0..i (the past and itself), never to i+1...",
+        "That is the lower triangle, diagonal included, of an [n, n] matrix of ones.",
+        "`torch.ones(seq_len, seq_len, dtype=torch.bool).tril()`",
+    ],
+)
+def check_causal_mask(candidate):
+    for n in (5, 1, 2, 7):  # 5 first: for n = 1 several mistakes give the same [[0]]
+        expected = causal_mask(n)
+        got = call(candidate, n)
+        expect_tensor(got, (n, n), what=f"mask for seq_len={n}")
+        if got.is_floating_point() and torch.isinf(got).any():
+            raise Mistake(
+                f"your mask holds -inf: that is {CAUSAL_ADDITIVE} (0 = allowed, -inf = forbidden, added to the "
+                f"scores, like nn.Transformer.generate_square_subsequent_mask). Here the mask says True/1 where "
+                f"attending is allowed and 0/False where it is not."
+            )
+        if got.dtype != torch.bool and not bool(((got == 0) | (got == 1)).all()):
+            raise Mistake(f"{CAUSAL_VALUES}; yours (seq_len={n}) holds {describe(got.unique(), 6)}.")
+        allowed = got != 0
+        if torch.equal(allowed, expected):
+            continue
+        for message, wrong in _causal_mistakes(n):
+            if torch.equal(allowed, wrong != 0):
+                raise Mistake(f"{message}\n(case: seq_len={n})")
+        raise Mistake(f"the mask is not right for seq_len={n}.\nexpected:\n{expected.int()}\ngot:\n{allowed.int()}")

@@ -1,0 +1,212 @@
+"""The reference attention (course_utils.attention) against PyTorch's own, masks, and clear errors."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.attention import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+
+SHAPES = {  # (q, k, v) shapes: unbatched, batched, heads; L_q != L_k and d_v != d_k where possible
+    "2-D": ((4, 8), (6, 8), (6, 5)),
+    "3-D": ((2, 3, 16), (2, 5, 16), (2, 5, 7)),
+    "4-D": ((2, 4, 3, 32), (2, 4, 6, 32), (2, 4, 6, 5)),
+    "4-D self": ((3, 2, 7, 64), (3, 2, 7, 64), (3, 2, 7, 64)),
+}
+
+
+def _qkv(shapes, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g, dtype=dtype) for s in shapes]
+
+
+def _independent_weights(q, k, mask=None):
+    """softmax(q k^T / sqrt(d_k)) written out with einsum, in float64."""
+    scores = torch.einsum("...id,...jd->...ij", q.double(), k.double()) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask.bool(), float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_matches_torch_sdpa_without_mask(name):
+    q, k, v = _qkv(SHAPES[name])
+    output, weights = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(weights.double(), _independent_weights(q, k), atol=1e-6, rtol=1e-6)
+    assert output.shape == (*q.shape[:-1], v.shape[-1]) and weights.shape == (*q.shape[:-1], k.shape[-2])
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+def _masks():
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([4, 6])
+    pad = torch.arange(6)[None, :] < lengths[:, None]  # [2, 6]
+    random = torch.rand(2, 4, 3, 6, generator=g) > 0.4
+    random[..., 0] = True  # every row keeps at least one key
+    return {
+        "padding [2, 1, 1, 6] bool": ((2, 4, 3, 16), (2, 4, 6, 16), (2, 4, 6, 5), pad[:, None, None, :]),
+        "padding [2, 1, 6] int": ((2, 3, 16), (2, 6, 16), (2, 6, 5), pad[:, None, :].long()),
+        "causal [6, 6] bool": ((2, 4, 6, 8), (2, 4, 6, 8), (2, 4, 6, 8), torch.ones(6, 6, dtype=torch.bool).tril()),
+        "causal [6, 6] float 0/1": ((6, 8), (6, 8), (6, 3), torch.ones(6, 6).tril()),
+        "random per head [2, 4, 3, 6]": ((2, 4, 3, 16), (2, 4, 6, 16), (2, 4, 6, 5), random),
+        "broadcast [6]": ((2, 3, 8), (2, 6, 8), (2, 6, 5), pad[0]),
+    }
+
+
+@pytest.mark.parametrize("name", _masks())
+def test_matches_torch_sdpa_with_mask(name):
+    q_shape, k_shape, v_shape, mask = _masks()[name]
+    q, k, v = _qkv((q_shape, k_shape, v_shape), seed=2)
+    output, weights = scaled_dot_product_attention(q, k, v, mask)
+    # PyTorch: a BOOLEAN mask means True = attend (our convention); a float mask would be added
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool())
+    torch.testing.assert_close(output, expected, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(weights.double(), _independent_weights(q, k, mask), atol=1e-6, rtol=1e-6)
+    assert (weights[~torch.broadcast_to(mask.bool(), weights.shape)] == 0).all()
+
+
+def test_causal_matches_torch_is_causal():
+    q, k, v = _qkv(((2, 4, 7, 8), (2, 4, 7, 8), (2, 4, 7, 8)), seed=3)
+    output, _ = scaled_dot_product_attention(q, k, v, causal_mask(7))
+    torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6, rtol=1e-6)
+
+
+def test_float_mask_pitfall_of_torch_sdpa():
+    """PyTorch ADDS a float mask to the scores: a 0/1 float mask silently does not mask."""
+    q, k, v = _qkv(((5, 8), (5, 8), (5, 8)), seed=4)
+    mask01 = torch.ones(5, 5).tril()
+    ours, _ = scaled_dot_product_attention(q, k, v, mask01)
+    wrong = F.scaled_dot_product_attention(q, k, v, attn_mask=mask01)
+    assert not torch.allclose(ours, wrong, atol=1e-3)
+    torch.testing.assert_close(
+        ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask01.bool()), atol=1e-6, rtol=1e-6
+    )
+
+
+def test_float64_and_gradients():
+    q, k, v = _qkv(SHAPES["3-D"], seed=5, dtype=torch.float64)
+    output, _ = scaled_dot_product_attention(q, k, v)
+    assert output.dtype == torch.float64
+    q.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda q: scaled_dot_product_attention(q, k, v)[0], (q,))
+
+
+def test_fully_masked_row_gives_zeros_not_nan_and_finite_gradients():
+    q, k, v = _qkv(((1, 3, 4), (1, 5, 4), (1, 5, 2)), seed=6)
+    q.requires_grad_(True)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1] = False
+    output, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert not torch.isnan(output).any() and not torch.isnan(weights).any()
+    assert (weights[..., 1, :] == 0).all() and (output[..., 1, :] == 0).all()
+    # the other rows are untouched
+    torch.testing.assert_close(weights[..., [0, 2], :].double(), _independent_weights(q, k, mask)[..., [0, 2], :])
+    output.sum().backward()
+    assert torch.isfinite(q.grad).all()
+    # PyTorch's own SDPA makes the same choice
+    torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6, rtol=1e-6)
+
+
+def test_permutation_equivariance():
+    q, k, v = _qkv(((6, 8), (6, 8), (6, 8)), seed=7)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    output, _ = scaled_dot_product_attention(q, k, v)
+    permuted, _ = scaled_dot_product_attention(q[perm], k[perm], v[perm])
+    torch.testing.assert_close(permuted, output[perm])
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 9])
+def test_causal_mask_values(n):
+    mask = causal_mask(n)
+    assert mask.shape == (n, n) and mask.dtype == torch.bool
+    for i in range(n):
+        for j in range(n):
+            assert bool(mask[i, j]) == (j <= i), (i, j)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, "5", True])
+def test_causal_mask_rejects_bad_length(bad):
+    with pytest.raises((ValueError, TypeError), match="seq_len"):
+        causal_mask(bad)
+
+
+def test_padding_mask_values_and_shape():
+    ids = torch.tensor([[5, 7, 9, 0, 0], [3, 4, 0, 0, 0], [1, 2, 3, 4, 6]])
+    mask = padding_mask(ids)
+    assert mask.shape == (3, 1, 1, 5) and mask.dtype == torch.bool
+    for b in range(3):
+        for j in range(5):
+            assert bool(mask[b, 0, 0, j]) == (ids[b, j].item() != 0)
+    assert padding_mask(ids, pad_id=3)[1, 0, 0].tolist() == [False, True, True, True, True]
+    # it broadcasts over heads and queries
+    q, k, v = _qkv(((3, 2, 4, 8), (3, 2, 5, 8), (3, 2, 5, 8)), seed=8)
+    _, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert (weights[1, :, :, 2:] == 0).all()
+
+
+@pytest.mark.parametrize("bad", [torch.tensor([1, 2, 0]), torch.zeros(2, 3, 4, dtype=torch.long), [[1, 0]]])
+def test_padding_mask_rejects_bad_ids(bad):
+    with pytest.raises(ValueError, match=r"\[batch, seq_len\]"):
+        padding_mask(bad)
+
+
+BAD_INPUTS = {
+    "q and k feature sizes differ": (((3, 8), (5, 7), (5, 4)), None, ValueError, "same feature size d_k"),
+    "k and v lengths differ": (((3, 8), (5, 8), (4, 4)), None, ValueError, "same number of positions"),
+    "mask does not broadcast": (
+        ((2, 3, 8), (2, 5, 8), (2, 5, 4)),
+        torch.ones(3, 4, dtype=torch.bool),
+        ValueError,
+        "does not broadcast",
+    ),
+    "mask would enlarge the scores": (
+        ((2, 5, 8), (2, 5, 8), (2, 5, 4)),
+        torch.ones(2, 1, 1, 5, dtype=torch.bool),  # a 4-D padding mask on 3-D scores
+        ValueError,
+        "does not broadcast",
+    ),
+    "mask holds other values than 0/1": (((3, 8), (5, 8), (5, 4)), torch.full((3, 5), 2.0), ValueError, "only 0/1"),
+    "additive -inf mask": (
+        ((3, 8), (5, 8), (5, 4)),
+        torch.zeros(3, 5).masked_fill(torch.eye(3, 5) == 1, float("-inf")),
+        ValueError,
+        "only 0/1",
+    ),
+    "1-D query": (((8,), (5, 8), (5, 4)), None, ValueError, r"\[\.\.\., seq_len, features\]"),
+    "mask is a list": (((3, 8), (5, 8), (5, 4)), [[1] * 5] * 3, TypeError, "mask must be a torch.Tensor"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_inputs_raise_clear_errors(name):
+    shapes, mask, error, message = BAD_INPUTS[name]
+    q, k, v = _qkv(shapes)
+    with pytest.raises(error, match=message):
+        scaled_dot_product_attention(q, k, v, mask)
+
+
+def test_integer_tensors_are_rejected():
+    q = torch.ones(3, 8, dtype=torch.long)
+    with pytest.raises(TypeError, match="floating-point"):
+        scaled_dot_product_attention(q, q, q)
+
+
+def test_non_tensor_inputs_are_rejected():
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        scaled_dot_product_attention([[1.0, 2.0]], torch.ones(1, 2), torch.ones(1, 2))
+
+
+@pytest.mark.parametrize("d_model, num_heads", [(10, 3), (64, 5), (6, 4)])
+def test_multihead_rejects_indivisible_d_model(d_model, num_heads):
+    with pytest.raises(ValueError, match="divisible"):
+        MultiHeadAttention(d_model, num_heads)
+
+
+def test_multihead_rejects_wrong_input_shape():
+    mha = MultiHeadAttention(16, 4)
+    with pytest.raises(ValueError, match="d_model=16"):
+        mha(torch.ones(2, 3, 8), torch.ones(2, 3, 8), torch.ones(2, 3, 8))
+    with pytest.raises(ValueError, match=r"\[batch, seq_len, d_model"):
+        mha(torch.ones(3, 16), torch.ones(3, 16), torch.ones(3, 16))

@@ -1,0 +1,336 @@
+"""Lessons 01-02 checkers: each planted mistake is named by its own message; correct variants pass."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.exercises import attention_basics as ab
+from course_utils.exercises import check, qkv, solution
+
+
+def assert_caught(exercise_id, candidate, phrase):
+    result = check(exercise_id, candidate, quiet=True)
+    assert not result.passed, f"{exercise_id}: a wrong candidate passed (expected {phrase!r})"
+    assert result.status == "not yet"
+    assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
+
+
+def assert_passes(exercise_id, candidate):
+    result = check(exercise_id, candidate, quiet=True)
+    assert result.passed, result.message
+
+
+# --------------------------------------------------------------------------- building blocks for candidates
+
+
+def _sdpa(
+    q,
+    k,
+    v,
+    mask=None,
+    *,
+    scale=None,
+    dim=-1,
+    fill=float("-inf"),
+    mask_mode="fill",
+    softmax=torch.softmax,
+    transpose=lambda k: k.transpose(-2, -1),
+    order="ow",
+    nan_to_zero=True,
+):
+    d_k = q.shape[-1]
+    scores = q @ transpose(k)
+    scores = scores / (math.sqrt(d_k) if scale is None else scale)
+    if mask is not None:
+        if mask_mode == "fill":
+            scores = scores.masked_fill(mask == 0, fill)
+        elif mask_mode == "inverted":
+            scores = scores.masked_fill(mask == 1, fill)
+        elif mask_mode == "added":
+            scores = scores + mask.float()
+        elif mask_mode == "multiplied":
+            scores = scores * mask
+        elif mask_mode == "tilde":
+            scores = scores.masked_fill(~mask, fill)
+    weights = softmax(scores, dim=dim)
+    if mask is not None and mask_mode == "after":
+        weights = weights.masked_fill(mask == 0, 0.0)
+    if nan_to_zero:
+        weights = weights.nan_to_num(0.0)
+    output = weights @ v
+    return (output, weights) if order == "ow" else (weights, output)
+
+
+def _naive_softmax(x, dim=-1):
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _einsum_sdpa(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = F.softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights
+
+
+def _torch_sdpa_inside(q, k, v, mask=None):
+    bool_mask = None if mask is None else mask.bool()
+    output = F.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if bool_mask is not None:
+        scores = scores.masked_fill(~bool_mask, -1e9)
+    return output, torch.softmax(scores, dim=-1)
+
+
+def _in_place_sdpa(q, k, v, mask=None):
+    q /= math.sqrt(q.shape[-1])  # changes the caller's q
+    return _sdpa(q, k, v, mask, scale=1.0)
+
+
+def _seed_001_module(q, k, v, mask=None):
+    """Seed 001's ScaledDotProductAttention.forward, verbatim logic (-1e9, no NaN handling needed)."""
+    d_k = k.size(-1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    attention_weights = torch.softmax(scores, dim=-1)
+    return torch.matmul(attention_weights, v), attention_weights
+
+
+SDPA_MISTAKES = {
+    "no scaling": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, scale=1.0), ab.NO_SCALING),
+    "divide by d_k": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, scale=q.shape[-1]), ab.SCALE_BY_DK),
+    "sqrt(d_v)": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, scale=math.sqrt(v.shape[-1])), ab.SCALE_BY_DV),
+    "sqrt(L_k)": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, scale=math.sqrt(k.shape[-2])), ab.SCALE_BY_LEN),
+    "sqrt(L_q)": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, scale=math.sqrt(q.shape[-2])), ab.SCALE_BY_LEN),
+    "times sqrt(d_k)": (
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, scale=1 / math.sqrt(q.shape[-1])),
+        ab.SCALE_MULTIPLIED,
+    ),
+    "softmax dim=-2": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, dim=-2), ab.WRONG_AXIS),
+    "softmax dim=1": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, dim=1), ab.WRONG_AXIS),
+    "softmax dim=0": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, dim=0), ab.WRONG_AXIS),
+    "naive softmax": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, softmax=_naive_softmax), ab.OVERFLOW),
+    "mask ignored": (lambda q, k, v, mask=None: _sdpa(q, k, v, None), ab.MASK_IGNORED),
+    "mask inverted -inf": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, mask_mode="inverted"), ab.MASK_INVERTED),
+    "mask inverted -1e9": (
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, mask_mode="inverted", fill=-1e9),
+        ab.MASK_INVERTED,
+    ),
+    "mask after softmax": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, mask_mode="after"), ab.MASK_AFTER_SOFTMAX),
+    "mask added": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, mask_mode="added"), ab.MASK_ADDED),
+    "mask multiplied": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, mask_mode="multiplied"), ab.MASK_MULTIPLIED),
+    "~mask on an int mask": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, mask_mode="tilde"), ab.MASK_NOT_BOOL),
+    "wrong order": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, order="wo"), ab.WRONG_ORDER),
+    "only the output": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask)[0], ab.NOT_A_PAIR),
+    "k.T": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.T), ab.ONLY_UNBATCHED),
+    "k.transpose(0, 1)": (
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.transpose(0, 1)),
+        ab.ONLY_UNBATCHED,
+    ),
+    "in place": (_in_place_sdpa, "changed its input"),
+    "-inf without NaN handling": (
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, nan_to_zero=False),
+        ab.FULLY_MASKED_NAN,
+    ),
+    "output is weights @ q": (
+        lambda q, k, v, mask=None: (_sdpa(q, k, v, mask)[1] @ v * 2, _sdpa(q, k, v, mask)[1]),
+        ab.OUTPUT_NOT_WEIGHTED_SUM,
+    ),
+}
+
+
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+@pytest.mark.parametrize("name", SDPA_MISTAKES)
+def test_sdpa_mistake_is_named(name):
+    candidate, phrase = SDPA_MISTAKES[name]
+    assert_caught("scaled_dot_product_attention", candidate, phrase)
+
+
+def test_sdpa_messages_are_distinct():
+    phrases = [phrase for _, phrase in SDPA_MISTAKES.values()]
+    for i, a in enumerate(phrases):
+        for b in phrases[i + 1 :]:
+            assert a == b or (a not in b and b not in a), (a, b)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        solution("scaled_dot_product_attention"),
+        _einsum_sdpa,
+        _torch_sdpa_inside,
+        _seed_001_module,
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, softmax=F.softmax),
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, fill=-1e9, nan_to_zero=False),
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.mT),
+    ],
+    ids=["reference", "einsum", "torch SDPA inside", "seed 001 (-1e9)", "F.softmax", "-1e9", "k.mT"],
+)
+def test_sdpa_correct_alternatives_pass(candidate):
+    assert_passes("scaled_dot_product_attention", candidate)
+
+
+def test_sdpa_stub_is_not_attempted():
+    def stub(q, k, v, mask=None):
+        raise NotImplementedError
+
+    assert check("scaled_dot_product_attention", stub, quiet=True).status == "not attempted"
+
+
+def test_sdpa_uniform_fully_masked_rows_accepted_but_garbage_is_not():
+    def garbage_in_empty_rows(q, k, v, mask=None):
+        output, weights = _sdpa(q, k, v, mask)
+        if mask is not None:
+            empty = ~torch.broadcast_to(mask != 0, weights.shape).any(-1)
+            weights = weights.masked_fill(empty[..., None], 0.7)
+            output = output.masked_fill(empty[..., None], 3.0)
+        return output, weights
+
+    assert_caught("scaled_dot_product_attention", garbage_in_empty_rows, "fully masked row should be all zeros")
+
+
+def test_sdpa_checker_cases_have_no_fully_masked_rows():
+    """Only the dedicated last case may contain an empty row, so -1e9 and -inf agree on the others."""
+    for _, q, k, _, mask in ab._attention_cases():
+        if mask is not None:
+            shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+            assert torch.broadcast_to(mask != 0, shape).any(-1).all()
+
+
+# --------------------------------------------------------------------------- stable_softmax
+
+
+def _global_max_softmax(x, dim=-1):
+    e = torch.exp(x - x.max())
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _no_keepdim_softmax(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim))
+    return e / e.sum(dim=dim)
+
+
+def _in_place_softmax(x, dim=-1):
+    x -= x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+SOFTMAX_MISTAKES = {
+    "naive": (_naive_softmax, ab.OVERFLOW),
+    "global max": (_global_max_softmax, ab.GLOBAL_MAX),
+    "dim ignored": (lambda x, dim=-1: torch.softmax(x, dim=-1), ab.DIM_IGNORED),
+    "sum over everything": (
+        lambda x, dim=-1: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
+        ab.NORMALISED_OVER_ALL,
+    ),
+    "no keepdim": (_no_keepdim_softmax, ab.KEEPDIM),
+    "in place": (_in_place_softmax, "changed its input"),
+    "float32 result": (lambda x, dim=-1: torch.softmax(x.float(), dim=dim), "keep the input's dtype"),
+}
+
+
+@pytest.mark.parametrize("name", SOFTMAX_MISTAKES)
+def test_softmax_mistake_is_named(name):
+    candidate, phrase = SOFTMAX_MISTAKES[name]
+    assert_caught("stable_softmax", candidate, phrase)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        solution("stable_softmax"),
+        lambda x, dim=-1: torch.softmax(x, dim=dim),
+        lambda x, dim=-1: torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True)),
+        lambda x, dim=-1: (lambda e: e / e.sum(dim, keepdim=True))(torch.exp(x - x.max(dim=dim, keepdim=True).values)),
+    ],
+    ids=["reference", "torch.softmax", "logsumexp", "max().values"],
+)
+def test_softmax_correct_alternatives_pass(candidate):
+    assert_passes("stable_softmax", candidate)
+
+
+def test_reference_softmax_matches_torch_and_survives_large_inputs():
+    from course_utils.softmax import naive_softmax, stable_softmax
+
+    x = torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -1002.0]])
+    assert torch.isnan(naive_softmax(x)).all()  # the overflow the lesson shows
+    torch.testing.assert_close(stable_softmax(x), torch.softmax(x, dim=-1))
+    y = torch.randn(3, 4, 5)
+    for dim in (0, 1, 2, -1):
+        torch.testing.assert_close(stable_softmax(y, dim=dim), torch.softmax(y, dim=dim))
+    with pytest.raises(TypeError, match="floating-point"):
+        stable_softmax(torch.tensor([1, 2, 3]))
+
+
+# --------------------------------------------------------------------------- causal_mask
+
+CAUSAL_MISTAKES = {
+    "upper triangle": (lambda n: torch.ones(n, n, dtype=torch.bool).triu(), ab.CAUSAL_TRANSPOSED),
+    "diagonal excluded": (lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1), ab.CAUSAL_NO_DIAGONAL),
+    "inverted (future marked)": (lambda n: torch.ones(n, n, dtype=torch.bool).triu(1), ab.CAUSAL_INVERTED),
+    "additive 0/-inf": (lambda n: torch.full((n, n), float("-inf")).triu(1), ab.CAUSAL_ADDITIVE),
+    "values 0/2": (lambda n: torch.ones(n, n).tril() * 2, ab.CAUSAL_VALUES),
+    "wrong shape": (lambda n: torch.ones(1, n, n).tril(), "should have shape"),
+    "a list": (lambda n: torch.ones(n, n).tril().tolist(), "should be a torch.Tensor"),
+}
+
+
+@pytest.mark.parametrize("name", CAUSAL_MISTAKES)
+def test_causal_mistake_is_named(name):
+    candidate, phrase = CAUSAL_MISTAKES[name]
+    assert_caught("causal_mask", candidate, phrase)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        solution("causal_mask"),
+        lambda n: torch.tril(torch.ones(n, n)),
+        lambda n: torch.tril(torch.ones(n, n, dtype=torch.long)),
+        lambda n: torch.arange(n)[:, None] >= torch.arange(n)[None, :],
+    ],
+    ids=["reference", "float ones", "int ones", "arange comparison"],
+)
+def test_causal_correct_alternatives_pass(candidate):
+    assert_passes("causal_mask", candidate)
+
+
+# --------------------------------------------------------------------------- lesson 01: attention_scores
+
+SCORE_MISTAKES = {
+    "missing transpose": (lambda q, k: q @ k, qkv.MISSING_TRANSPOSE),
+    "keys first": (lambda q, k: k @ q.transpose(-2, -1), qkv.KEYS_FIRST),
+    "elementwise": (lambda q, k: q * k, qkv.ELEMENTWISE),
+    "diagonal only": (lambda q, k: (q * k).sum(-1), qkv.DIAGONAL_ONLY),
+    "scaled": (lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, qkv.SCALED),
+    "softmaxed": (lambda q, k: torch.softmax(q @ k.transpose(-2, -1), dim=-1), qkv.SOFTMAXED),
+    "k.T": (lambda q, k: q @ k.T, qkv.ONLY_UNBATCHED),
+    "k.transpose(0, 1)": (lambda q, k: q @ k.transpose(0, 1), qkv.ONLY_UNBATCHED),
+    "in place": (lambda q, k: q.mul_(1.0).add_(1.0) @ k.transpose(-2, -1), "changed its input"),
+}
+
+
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+@pytest.mark.parametrize("name", SCORE_MISTAKES)
+def test_scores_mistake_is_named(name):
+    candidate, phrase = SCORE_MISTAKES[name]
+    assert_caught("attention_scores", candidate, phrase)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        solution("attention_scores"),
+        lambda q, k: torch.einsum("...id,...jd->...ij", q, k),
+        lambda q, k: torch.matmul(q, k.mT),
+        lambda q, k: (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1),
+    ],
+    ids=["reference", "einsum", "matmul mT", "broadcast and sum"],
+)
+def test_scores_correct_alternatives_pass(candidate):
+    assert_passes("attention_scores", candidate)
