@@ -24,6 +24,8 @@ lab: install
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=localhost $(ALLOW_ROOT)
 
 # unit tests, exercise tests, hygiene, browser test and every notebook under strict nbval, 2 workers
+# (one thread per worker: two workers with two threads each on two cores run up to 10x slower)
+test test-unit test-notebooks execute: export OMP_NUM_THREADS = 1
 test: install
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) tests notebooks
 
