@@ -8,7 +8,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
-.PHONY: install lab test test-unit test-notebooks test-browser browser execute lint clean
+.PHONY: install lab test test-unit test-notebooks test-browser browser execute lint clean gpu-benchmark
 
 install: $(STAMP)
 
@@ -46,6 +46,17 @@ execute: install
 	  $(VENV)/bin/papermill --no-progress-bar --cwd notebooks -k python3 "$$nb" "$$nb" || exit 1; \
 	done
 	$(PY) tests/notebook_tools.py strip-metadata $(NOTEBOOKS)
+
+# Lesson 07 on a GPU: papermill re-runs it with long sequences in bfloat16 (batch 4, 16 heads,
+# head_dim 64, n up to 8192) and writes the executed notebook and a CSV of the table to artifacts/.
+# GPU_PEAK_TFLOPS: the GPU's dense bf16 peak from its data sheet (989 = H100/H200 SXM), for "% of peak".
+GPU_PEAK_TFLOPS ?= 989
+gpu-benchmark: install
+	mkdir -p artifacts
+	COURSE_DEVICE=cuda $(VENV)/bin/papermill --no-progress-bar --cwd notebooks -k python3 \
+	  notebooks/07_efficient_attention.ipynb artifacts/07_efficient_attention_gpu.ipynb \
+	  -y "{DTYPE: bfloat16, SEQ_LENS: [512, 1024, 2048, 4096, 8192], BATCH: 4, HEADS: 16, HEAD_DIM: 64, \
+	      REPEATS: 10, KV_STEPS: 500, GPU_PEAK_TFLOPS: $(GPU_PEAK_TFLOPS), RESULTS_CSV: ../artifacts/07_benchmark_gpu.csv}"
 
 lint: install
 	$(VENV)/bin/ruff check course_utils tests notebooks

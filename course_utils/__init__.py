@@ -1,10 +1,15 @@
 """Helpers for the attention course: one concept per module.
 
-- environment: ``setup()`` for the first cell of every lesson
-- attention:   scaled dot-product attention, masks, multi-head attention
-- exercises:   ``check``, ``hint``, ``show_solution``
-- data:        where the lessons' small data files live
-- toy:         the toy sentence "Orange is my favorite fruit" and its attention weights
+- environment:  ``setup()`` for the first cell of every lesson
+- toy:          the toy sentence "Orange is my favorite fruit" and its attention weights
+- softmax:      the numerically stable softmax (lesson 02)
+- attention:    scaled dot-product attention, masks, multi-head attention (lessons 02-03)
+- viz:          heatmaps, head, model and neuron views (lesson 04)
+- transformer:  the encoder layer and stack (lesson 05); toy_task: its tiny training task
+- pretrained:   MiniLM loaded into the course's own encoder (lesson 06); head_scores: head patterns
+- efficient:    online softmax, tiled attention, KV cache, measuring helpers (lesson 07)
+- exercises:    ``check``, ``hint``, ``show_solution``
+- data:         where the lessons' small data files live
 """
 
 from course_utils.environment import setup

@@ -10,6 +10,7 @@ from tests.notebook_tools import code_cells, exercise_cells, lesson_notebooks, o
 
 NOTEBOOKS = lesson_notebooks()
 MAX_BYTES = 3_000_000
+NBVAL_MARKERS = {"NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION", "NBVAL_SKIP"}
 # absolute paths and user names must not leak into committed outputs
 LEAKS = re.compile(r"(/root/|/home/\w+|/work/|/tmp/|/Users/\w+|C:\\\\Users)")
 
@@ -68,6 +69,12 @@ def test_lesson_conventions(nb_path):
     )
     for c in code_cells(nb):
         assert not c.source.rstrip().endswith(";"), f"{nb_path.name}: trailing ';' does not hide output"
+        for line in c.source.splitlines():
+            # nbval only honours a marker alone on its comment line; anything else is silently compared
+            if "NBVAL_" in line:
+                assert line.strip().lstrip("#").strip() in NBVAL_MARKERS, (
+                    f"{nb_path.name}: put the nbval marker alone on its line: {line.strip()!r}"
+                )
 
 
 def test_exercise_stubs_are_unsolved(nb_path):
