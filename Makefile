@@ -35,6 +35,10 @@ test-unit: install
 test-notebooks: install
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks
 
+# JupyterLab in headless Chromium runs lesson 04 (also part of `test`)
+test-browser: install
+	$(PY) -m pytest tests/test_browser.py
+
 # Debian's chromium for the real-browser test (needs root and apt; CI runs this first)
 browser:
 	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }

@@ -1,0 +1,91 @@
+"""Lesson 06's exercise: the solution passes, each planted mistake gets its own message."""
+
+import pytest
+import torch
+
+from course_utils.exercises import check, solution
+from course_utils.head_scores import previous_token_score
+
+EX = "previous_token_score"
+
+
+def run(candidate):
+    return check(EX, candidate, quiet=True)
+
+
+def test_solution_is_the_course_reference_and_passes():
+    assert solution(EX) is previous_token_score
+    result = run(previous_token_score)
+    assert result.passed, result.message
+
+
+def test_a_loop_solution_passes():
+    def loops(attn):
+        layers, heads, seq, _ = attn.shape
+        out = torch.zeros(layers, heads)
+        for i in range(1, seq):
+            out += attn[:, :, i, i - 1]
+        return out / (seq - 1)
+
+    assert run(loops).passed
+
+
+def test_stub_is_not_attempted():
+    def stub(attn):
+        raise NotImplementedError
+
+    result = run(stub)
+    assert result.status == "not attempted" and not result.passed
+
+
+def diag(attn, offset):
+    return attn.diagonal(offset=offset, dim1=-2, dim2=-1)
+
+
+MISTAKES = {
+    "main diagonal": (lambda a: diag(a, 0).mean(-1), "main diagonal attn[i, i]"),
+    "next token": (lambda a: diag(a, 1).mean(-1), "*next* token"),
+    "transposed": (lambda a: diag(a.transpose(-2, -1), -1).mean(-1), "*next* token"),
+    "first row counted": (lambda a: diag(a, -1).sum(-1) / a.shape[-1], "counting query 0"),
+    "sum": (lambda a: diag(a, -1).sum(-1), "summed the weights"),
+    "whole block": (lambda a: a[..., 1:, :-1].mean((-2, -1)), "averaged the whole block"),
+    "no mean": (lambda a: diag(a, -1), "one number per head"),
+    "mean over layers": (lambda a: diag(a, -1).mean(0), "averaged over the wrong axis"),
+    "mean over everything": (lambda a: diag(a, -1).mean(), "averaged over the wrong axis"),
+    "default diagonal dims": (lambda a: a.diagonal(offset=-1).mean(-1), "dim1=-2, dim2=-1"),
+    "tuple": (lambda a: (diag(a, -1).mean(-1),), "return a tuple"),
+}
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_each_mistake_gets_its_own_message(name):
+    candidate, needle = MISTAKES[name]
+    result = run(candidate)
+    assert result.status == "not yet", result
+    assert needle in result.message, f"{name}: {result.message}"
+
+
+def test_each_message_names_only_its_own_mistake():
+    needles = {needle for _, needle in MISTAKES.values()}
+    for name, (candidate, needle) in MISTAKES.items():
+        message = run(candidate).message
+        others = [n for n in needles if n != needle and n in message]
+        assert not others, f"{name}: the message also matches {others}: {message}"
+
+
+def test_in_place_change_is_caught():
+    def in_place(attn):
+        attn.mul_(1.0)  # harmless value-wise but still in place
+        attn[..., 0, 0] = 0.5
+        return diag(attn, -1).mean(-1)
+
+    result = run(in_place)
+    assert "in place" in result.message
+
+
+def test_exceptions_are_explained():
+    def crashes(attn):
+        return attn.view(-1, 3, 7)
+
+    result = run(crashes)
+    assert result.status == "not yet" and "raised" in result.message
