@@ -52,7 +52,9 @@ def execute(path, inject=False, timeout=300):
     nb = nbformat.read(path, as_version=4)
     if inject:
         inject_solutions(nb)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK_DIR)}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK_DIR)}}
+    ).execute()
     return nb
 
 

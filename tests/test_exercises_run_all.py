@@ -3,11 +3,11 @@
 (nbval runs the notebooks as committed, with the stubs unsolved.)
 """
 
+import nbformat
 import pytest
 
 from course_utils.exercises import exercise_ids
-from tests.notebook_tools import exercise_cells, execute, lesson_notebooks, output_text
-import nbformat
+from tests.notebook_tools import execute, exercise_cells, lesson_notebooks, output_text
 
 WITH_EXERCISES = [p for p in lesson_notebooks() if exercise_cells(nbformat.read(p, as_version=4))]
 
@@ -23,6 +23,8 @@ def test_run_all_with_solutions_injected(nb_path):
 
 
 def test_every_exercise_appears_in_a_lesson():
-    used = {c.metadata["exercise_id"] for p in lesson_notebooks() for c in exercise_cells(nbformat.read(p, as_version=4))}
+    used = {
+        c.metadata["exercise_id"] for p in lesson_notebooks() for c in exercise_cells(nbformat.read(p, as_version=4))
+    }
     missing = set(exercise_ids()) - used
     assert not missing, f"exercises with a checker but no notebook cell: {sorted(missing)}"

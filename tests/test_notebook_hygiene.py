@@ -82,7 +82,9 @@ def test_exercise_stubs_are_unsolved(nb_path):
     nb = nbformat.read(nb_path, as_version=4)
     for cell in exercise_cells(nb):
         assert "exercise_id" in cell.metadata, f"{nb_path.name}: exercise cell without exercise_id"
-        assert "NotImplementedError" in cell.source, f"{nb_path.name}: exercise {cell.metadata['exercise_id']} is not a stub"
+        assert "NotImplementedError" in cell.source, (
+            f"{nb_path.name}: exercise {cell.metadata['exercise_id']} is not a stub"
+        )
         assert "NOT ATTEMPTED" in "".join(output_text(c) for c in nb.cells if c.cell_type == "code"), (
             f"{nb_path.name}: the stored check output should show the stub as not attempted"
         )

@@ -111,7 +111,12 @@ def _run(exercise_id, candidate):
     try:
         ex.checker(candidate)
     except NotAttempted:
-        return CheckResult(exercise_id, False, "your code still raises NotImplementedError: fill in the cell above, run it, then run this check again.", "not attempted")
+        return CheckResult(
+            exercise_id,
+            False,
+            "your code still raises NotImplementedError: fill in the cell above, run it, then run this check again.",
+            "not attempted",
+        )
     except Mistake as m:
         return CheckResult(exercise_id, False, str(m), "not yet")
     except Exception as e:  # a bug in the candidate that escaped the checker's helpers

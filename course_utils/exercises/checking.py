@@ -20,15 +20,23 @@ class NotAttempted(Exception):
 
 # Known error messages -> what a learner should do about them.
 _EXPLANATIONS = [
-    ("view size is not compatible with input tensor's size and stride",
-     "`.view()` needs a contiguous tensor, and a permuted/transposed tensor is not contiguous: "
-     "use `.contiguous().view(...)` or `.reshape(...)`."),
-    ("mat1 and mat2 shapes cannot be multiplied",
-     "a matrix product got shapes that do not line up: print the shapes; did you forget a transpose?"),
-    ("must match the size of tensor",
-     "two tensors' shapes do not line up: print the shapes of what you combine (a missing transpose or permute?)"),
-    ("Dimension out of range",
-     "an index or `dim=` points past the tensor's dimensions: count the dimensions with `.dim()`."),
+    (
+        "view size is not compatible with input tensor's size and stride",
+        "`.view()` needs a contiguous tensor, and a permuted/transposed tensor is not contiguous: "
+        "use `.contiguous().view(...)` or `.reshape(...)`.",
+    ),
+    (
+        "mat1 and mat2 shapes cannot be multiplied",
+        "a matrix product got shapes that do not line up: print the shapes; did you forget a transpose?",
+    ),
+    (
+        "must match the size of tensor",
+        "two tensors' shapes do not line up: print the shapes of what you combine (a missing transpose or permute?)",
+    ),
+    (
+        "Dimension out of range",
+        "an index or `dim=` points past the tensor's dimensions: count the dimensions with `.dim()`.",
+    ),
     ("expected scalar type", "two tensors have different dtypes: keep everything in the input's dtype."),
     ("shape '[", "a reshape/view asked for a shape whose size does not match the tensor: check the numbers you pass."),
     ("NoneType", "something is None: did you forget a `return`?"),
@@ -89,7 +97,8 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
 
 def _close(a, b, atol, rtol):
     return (
-        isinstance(a, torch.Tensor) and a.shape == b.shape
+        isinstance(a, torch.Tensor)
+        and a.shape == b.shape
         and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
     )
 
@@ -107,7 +116,11 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
         for message, wrong in known_mistakes:
             if _close(got, wrong, atol, rtol):
                 raise Mistake(message)
-        raise Mistake(nan_hint + (f" ({context})" if context else "") + ": large inputs overflow exp()? subtract the row maximum first.")
+        raise Mistake(
+            nan_hint
+            + (f" ({context})" if context else "")
+            + ": large inputs overflow exp()? subtract the row maximum first."
+        )
     for message, wrong in known_mistakes:
         if _close(got, wrong, atol, rtol):
             raise Mistake(message)

@@ -32,11 +32,16 @@ def check_normalise_scores(candidate):
             got,
             expected,
             known_mistakes=[
-                ("you divided by the largest score; divide by the sum so the weights add up to 1.",
-                 scores / scores.amax(dim=-1, keepdim=True)),
+                (
+                    "you divided by the largest score; divide by the sum so the weights add up to 1.",
+                    scores / scores.amax(dim=-1, keepdim=True),
+                ),
                 ("you divided by the number of scores (a mean); divide by their sum.", scores / scores.shape[-1]),
-                ("for a batch of rows, each row must sum to 1: sum over the last axis with keepdim=True, "
-                 "not over the whole tensor.", scores / scores.sum()),
+                (
+                    "for a batch of rows, each row must sum to 1: sum over the last axis with keepdim=True, "
+                    "not over the whole tensor.",
+                    scores / scores.sum(),
+                ),
             ],
             context=f"scores {scores.tolist()}",
         )
