@@ -17,7 +17,7 @@ import torch
 
 from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, describe, expect_tensor
+from course_utils.exercises.checking import Mistake, call, close, describe, expect_tensor, generator
 from course_utils.softmax import stable_softmax
 
 # Distinctive phrases, one per mistake (the tests look for them).
@@ -55,23 +55,11 @@ _UNBATCHED_ADVICE = (
 )
 
 
-def _close(a, b, atol=1e-5, rtol=1e-4):
-    return (
-        isinstance(a, torch.Tensor)
-        and a.shape == b.shape
-        and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
-    )
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
 # --------------------------------------------------------------------------- stable_softmax
 
 
 def _softmax_cases():
-    g = _gen(2)
+    g = generator(2)
     inf = float("inf")
     return [
         ("a 1-D tensor [1, 2, 3]", torch.tensor([1.0, 2.0, 3.0]), -1),
@@ -161,10 +149,10 @@ def check_stable_softmax(candidate):
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
         # float32 has ~3 decimal digits left after 10000: x - logsumexp(x) is then only good to ~1e-3
         atol = 1e-3 if x.abs().nan_to_num(0, 0, 0).max() > 100 else 1e-5
-        if _close(got, expected, atol=atol):
+        if close(got, expected, atol=atol):
             continue
         for message, wrong in _softmax_overflows(x, dim):
-            if _close(got, wrong):
+            if close(got, wrong):
                 raise Mistake(f"{message}\n(case: {description})")
         if not torch.isfinite(got).all():
             raise Mistake(
@@ -172,7 +160,7 @@ def check_stable_softmax(candidate):
                 f"maximum before exp(): x.amax(dim=dim, keepdim=True)."
             )
         for message, wrong in _softmax_mistakes(x, dim):
-            if _close(got, wrong):
+            if close(got, wrong):
                 raise Mistake(f"{message}\n(case: {description})")
         diff = (got.double() - expected.double()).abs().nan_to_num(float("inf")).max().item()
         raise Mistake(
@@ -186,7 +174,7 @@ def check_stable_softmax(candidate):
 
 def _attention_cases():
     """(description, q, k, v, mask). d_k, d_v, L_q and L_k all differ, so each wrong scale is recognisable."""
-    g = _gen(3)
+    g = generator(3)
 
     def r(*shape, scale=1.0):
         return torch.randn(*shape, generator=g) * scale
@@ -265,7 +253,7 @@ def _close_on_rows(got, wrong, rows):
     """Compare only the query rows in ``rows`` (rows with no allowed key differ between -inf and -1e9)."""
     if got.shape != wrong.shape:
         return False
-    return _close(got[rows], wrong[rows])
+    return close(got[rows], wrong[rows])
 
 
 def _attention_mistakes(q, k, v, mask):
@@ -408,8 +396,8 @@ def check_scaled_dot_product_attention(candidate):
         expected_out, expected_w = scaled_dot_product_attention(q, k, v, mask)
         got = _call_attention(candidate, description, q, k, v, mask, unbatched_ok)
         out, weights = _unpack(got, expected_out, expected_w, description)
-        weights_ok = _close(weights, expected_w)
-        if weights_ok and _close(out, expected_out):
+        weights_ok = close(weights, expected_w)
+        if weights_ok and close(out, expected_out):
             unbatched_ok = unbatched_ok or q.dim() == 2
             continue
         if weights_ok:
@@ -417,7 +405,7 @@ def check_scaled_dot_product_attention(candidate):
                 f"{OUTPUT_NOT_WEIGHTED_SUM} ({description}): output = weights @ v, [..., L_q, L_k] @ "
                 f"[..., L_k, d_v].\nexpected: {describe(expected_out)}\ngot:      {describe(out)}"
             )
-        sums_ok = torch.isfinite(weights).all() and _close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        sums_ok = torch.isfinite(weights).all() and close(weights.sum(-1), torch.ones(weights.shape[:-1]))
         if "large" in description and not sums_ok:
             raise Mistake(
                 f"{OVERFLOW} on large scores ({description}): your weights contain NaN/inf (or NaN "
@@ -442,7 +430,7 @@ def check_scaled_dot_product_attention(candidate):
 
 def _check_fully_masked_rows(candidate):
     """A query that may attend to nothing: accept zeros (reference, PyTorch) or uniform (-1e9), reject NaN."""
-    g = _gen(4)
+    g = generator(4)
     q, k, v = torch.randn(2, 3, 8, generator=g), torch.randn(2, 5, 8, generator=g), torch.randn(2, 5, 4, generator=g)
     mask = torch.ones(2, 3, 5, dtype=torch.bool)
     mask[0, 1] = False  # query 1 of sentence 0 may attend to nothing
@@ -460,15 +448,15 @@ def _check_fully_masked_rows(candidate):
             f"0/0. One NaN row spreads to every later layer. Replace it by zeros (`weights.nan_to_num(0.0)`, the "
             f"course's choice and PyTorch's) or fill with -1e9 (uniform weights there)."
         )
-    if not (_close(weights[~empty], expected_w[~empty]) and _close(out[~empty], expected_out[~empty])):
+    if not (close(weights[~empty], expected_w[~empty]) and close(out[~empty], expected_out[~empty])):
         raise Mistake(
             f"the rows that do have allowed keys are not right ({description}).\n"
             f"expected: {describe(expected_w[~empty])}\ngot:      {describe(weights[~empty])}"
         )
     row_w, row_out = weights[0, 1], out[0, 1]
-    zeros_ok = _close(row_w, torch.zeros(5)) and _close(row_out, torch.zeros(4))
-    uniform_ok = _close(row_w, torch.full((5,), 0.2)) and _close(row_out, v[0].mean(dim=0))
-    torch_sdpa_ok = _close(row_w, torch.full((5,), 0.2)) and _close(row_out, torch.zeros(4))
+    zeros_ok = close(row_w, torch.zeros(5)) and close(row_out, torch.zeros(4))
+    uniform_ok = close(row_w, torch.full((5,), 0.2)) and close(row_out, v[0].mean(dim=0))
+    torch_sdpa_ok = close(row_w, torch.full((5,), 0.2)) and close(row_out, torch.zeros(4))
     if not (zeros_ok or uniform_ok or torch_sdpa_ok):
         raise Mistake(
             f"the fully masked row should be all zeros (weights and output), or uniform weights 1/L_k with the "

@@ -7,7 +7,17 @@ with the message. ``call`` turns a stub's NotImplementedError into
 
 import torch
 
-__all__ = ["Mistake", "NotAttempted", "call", "explain_exception", "expect_tensor", "diagnose", "describe"]
+__all__ = [
+    "Mistake",
+    "NotAttempted",
+    "call",
+    "explain_exception",
+    "expect_tensor",
+    "diagnose",
+    "describe",
+    "close",
+    "generator",
+]
 
 
 class Mistake(Exception):
@@ -95,12 +105,18 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
         raise Mistake(f"the {what} should have dtype {dtype}, but has dtype {got.dtype}.")
 
 
-def _close(a, b, atol, rtol):
+def close(a, b, atol=1e-5, rtol=1e-4):
+    """True if ``a`` is a tensor of ``b``'s shape with the same values (NaN equals NaN)."""
     return (
         isinstance(a, torch.Tensor)
         and a.shape == b.shape
         and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
     )
+
+
+def generator(seed):
+    """A private random generator, so checking never disturbs the learner's random stream."""
+    return torch.Generator().manual_seed(seed)
 
 
 def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e-4, context=""):
@@ -109,12 +125,12 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
     known_mistakes: (message, tensor the mistake would produce) pairs.
     """
     expect_tensor(got, expected.shape, what=what)
-    if _close(got, expected, atol, rtol):
+    if close(got, expected, atol, rtol):
         return
     if torch.isnan(got).any() and not torch.isnan(expected).any():
         nan_hint = "your " + what + " contains NaN where the reference has none"
         for message, wrong in known_mistakes:
-            if _close(got, wrong, atol, rtol):
+            if close(got, wrong, atol, rtol):
                 raise Mistake(message)
         raise Mistake(
             nan_hint
@@ -122,7 +138,7 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
             + ": large inputs overflow exp()? subtract the row maximum first."
         )
     for message, wrong in known_mistakes:
-        if _close(got, wrong, atol, rtol):
+        if close(got, wrong, atol, rtol):
             raise Mistake(message)
     diff = (got.double() - expected.double()).abs().max().item()
     raise Mistake(

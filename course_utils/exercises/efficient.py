@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from course_utils.efficient import online_softmax, tiled_attention
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, describe, expect_tensor
+from course_utils.exercises.checking import Mistake, call, close, describe, expect_tensor, generator
 
 # Distinctive phrases, one per mistake (the tests look for them).
 OS_NO_RESCALE = "you did not rescale the running sum"
@@ -60,18 +60,6 @@ _REDUCTIONS = {
 }
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-def _close(a, b, atol=1e-5, rtol=1e-4):
-    return (
-        isinstance(a, torch.Tensor)
-        and a.shape == b.shape
-        and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
-    )
-
-
 class _TensorWatch(TorchFunctionMode):
     """Records (function name, shape of its first tensor input, shapes of its tensor outputs) of every torch call."""
 
@@ -103,7 +91,7 @@ def _watch(candidate, *args):
 
 def _raise_if_matches(got, known_mistakes, atol=1e-5):
     for message, wrong in known_mistakes:
-        if _close(got, wrong, atol=atol):
+        if close(got, wrong, atol=atol):
             raise Mistake(message)
 
 
@@ -130,7 +118,7 @@ def _online_softmax_variant(x, block_size, rescale="right", lost_last=False, use
 
 
 def _online_softmax_cases():
-    g = _gen(7)
+    g = generator(7)
     structured = torch.linspace(-50.0, 60.0, 23)[torch.randperm(23, generator=g)]
     return [
         ("a [10] vector, block_size=4 (the last block has 2 entries)", torch.randn(10, generator=g), 4),
@@ -188,7 +176,8 @@ def _online_softmax_mistakes(x, block_size):
 
 def _check_online_softmax_blocks(candidate):
     """The candidate must not reduce over more than block_size entries at once."""
-    x, block_size = torch.randn(3, 37, generator=_gen(11)), 8  # 5 blocks: stacking per-block results stays <= 8 wide
+    # 5 blocks: stacking per-block results stays <= 8 wide
+    x, block_size = torch.randn(3, 37, generator=generator(11)), 8
     for name, shape, _ in _watch(candidate, x, block_size):
         if name in _REDUCTIONS and shape and shape[-1] > block_size:
             if shape[-1] == x.shape[-1]:
@@ -223,7 +212,7 @@ def check_online_softmax(candidate):
         expect_tensor(got, expected.shape, what=f"result for {description}")
         if got.dtype != x.dtype:
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
-        if _close(got, expected):
+        if close(got, expected):
             continue
         _raise_if_matches(got, _online_softmax_mistakes(x, block_size))
         if not torch.isfinite(got).all():
@@ -287,7 +276,7 @@ def _tiled_variant(
 
 
 def _tiled_cases():
-    g = _gen(5)
+    g = generator(5)
 
     def qkv(batch, n_q, n_k, d, d_v, scale=1.0):
         return (
@@ -371,7 +360,7 @@ def _tiled_mistakes(q, k, v, block_size):
 
 def _check_tiled_blocks(candidate):
     """The candidate must never hold a tensor as wide as all keys, nor blocks wider than block_size."""
-    g = _gen(13)
+    g = generator(13)
     n_q, n_k, d, d_v, block_size = 40, 100, 6, 5, 16  # distinct sizes, so every axis can be recognised
     q, k, v = (
         torch.randn(2, 3, n_q, d, generator=g),
@@ -427,7 +416,7 @@ def check_tiled_attention(candidate):
             raise Mistake(f"the output should keep the input's dtype {q.dtype}, but it is {got.dtype} ({description}).")
         # large scores: float32 rounding of scores ~100 moves the weights by ~1e-5 relative
         atol = 1e-4 if q.abs().max() > 10 else 1e-5
-        if _close(got, expected, atol=atol):
+        if close(got, expected, atol=atol):
             continue
         _raise_if_matches(got, _tiled_mistakes(q, k, v, block_size), atol=atol)
         if not torch.isfinite(got).all():
