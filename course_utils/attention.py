@@ -85,8 +85,10 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     # 3. softmax per row: each query's weights over the keys sum to 1
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
-        # a row with no allowed key is all -inf -> NaN after softmax; make it 0
-        weights = weights.nan_to_num(0.0)
+        # a row with no allowed key is all -inf, and softmax gives 0/0 = NaN there: make it 0.
+        # Only those rows (as PyTorch does): a NaN that comes from NaN inputs still shows.
+        no_allowed_key = (mask == 0).all(dim=-1, keepdim=True)
+        weights = weights.masked_fill(no_allowed_key, 0.0)
     # 4. weighted sum of the values
     return weights @ v, weights
 
@@ -116,11 +118,20 @@ def _check_num_heads(num_heads):
         raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
 
 
+def _describe(x):
+    """What a shape check got instead of a tensor, in words a learner can act on."""
+    if isinstance(x, torch.Tensor):
+        return f"shape {tuple(x.shape)}"
+    if isinstance(x, tuple):
+        # the usual slip: scaled_dot_product_attention returns the pair (output, weights)
+        return "a tuple: scaled_dot_product_attention returns (output, weights); pass on the output only"
+    return type(x).__name__
+
+
 def split_heads(x, num_heads):
     """[B, S, D] -> [B, H, S, D/H]: each head gets its own slice of the features."""
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"split_heads expects a [batch, seq_len, d_model] tensor, got {shape}")
+        raise ValueError(f"split_heads expects a [batch, seq_len, d_model] tensor, got {_describe(x)}")
     _check_num_heads(num_heads)
     batch_size, seq_len, d_model = x.shape
     if d_model % num_heads != 0:
@@ -132,8 +143,7 @@ def split_heads(x, num_heads):
 def combine_heads(x):
     """[B, H, S, d] -> [B, S, H*d]: concatenate the heads' outputs per position."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"combine_heads expects a [batch, heads, seq_len, head_dim] tensor, got {shape}")
+        raise ValueError(f"combine_heads expects a [batch, heads, seq_len, head_dim] tensor, got {_describe(x)}")
     batch_size, num_heads, seq_len, head_dim = x.shape
     x = x.permute(0, 2, 1, 3)  # back to [B, S, H, d]; not contiguous any more
     return x.reshape(batch_size, seq_len, num_heads * head_dim)

@@ -109,6 +109,18 @@ def test_fully_masked_row_gives_zeros_not_nan_and_finite_gradients():
     torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6, rtol=1e-6)
 
 
+def test_only_fully_masked_rows_are_zeroed_not_nan_from_nan_inputs():
+    # zeroing a row with no allowed key must not hide a NaN that comes from the inputs (PyTorch keeps it too)
+    q, k, v = _qkv(((3, 4), (5, 4), (5, 2)), seed=8)
+    q[0, 0] = float("nan")
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1] = False
+    output, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.isnan(weights[0]).all() and torch.isnan(output[0]).all()
+    assert (weights[1] == 0).all() and not torch.isnan(weights[2]).any()
+    assert torch.isnan(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)[0]).all()
+
+
 def test_permutation_equivariance():
     q, k, v = _qkv(((6, 8), (6, 8), (6, 8)), seed=7)
     perm = torch.tensor([3, 0, 5, 1, 4, 2])

@@ -131,6 +131,10 @@ SDPA_MISTAKES = {
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.transpose(0, 1)),
         ab.ONLY_UNBATCHED,
     ),
+    "k.transpose(1, 2)": (
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.transpose(1, 2)),
+        ab.ONLY_BATCHED,
+    ),
     "in place": (_in_place_sdpa, "changed its input"),
     "-inf without NaN handling": (
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, nan_to_zero=False),
@@ -229,6 +233,10 @@ SOFTMAX_MISTAKES = {
         ab.NORMALISED_OVER_ALL,
     ),
     "no keepdim": (_no_keepdim_softmax, ab.KEEPDIM),
+    "max(dim) without .values": (
+        lambda x, dim=-1: (lambda e: e / e.sum(dim=dim, keepdim=True))(torch.exp(x - x.max(dim=dim, keepdim=True))),
+        ab.MAX_IS_A_PAIR,
+    ),
     "in place": (_in_place_softmax, "changed its input"),
     "float32 result": (lambda x, dim=-1: torch.softmax(x.float(), dim=dim), "keep the input's dtype"),
 }

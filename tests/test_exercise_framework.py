@@ -50,6 +50,10 @@ def test_known_mistakes_are_named():
     assert "number of scores" in by_count.message
     whole = check("normalise_scores", lambda s: s / s.sum(), quiet=True)
     assert "each row must sum to 1" in whole.message
+    softmax = check("normalise_scores", lambda s: torch.softmax(s, dim=-1), quiet=True)
+    assert "you applied softmax" in softmax.message
+    no_keepdim = check("normalise_scores", lambda s: s / s.sum(dim=-1), quiet=True)
+    assert "keepdim=True" in no_keepdim.message and "batch of rows" in no_keepdim.message
 
 
 def test_in_place_change_of_inputs_is_caught():

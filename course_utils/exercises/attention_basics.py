@@ -38,11 +38,13 @@ WRONG_ORDER = "output and weights are in the wrong order"
 NOT_A_PAIR = "return a pair (output, weights)"
 OUTPUT_NOT_WEIGHTED_SUM = "the weights are right but the output is not weights @ v"
 ONLY_UNBATCHED = "works on unbatched 2-D inputs but not on batched ones"
+ONLY_BATCHED = "your function counts axes from the front, so it fails on unbatched 2-D inputs"
 FULLY_MASKED_NAN = "a fully masked query row gave NaN"
 DIM_IGNORED = "you ignored the dim argument"
 GLOBAL_MAX = "you subtracted the maximum of the whole tensor"
 NORMALISED_OVER_ALL = "you divided by the sum over the whole tensor"
 KEEPDIM = "keepdim=True"
+MAX_IS_A_PAIR = "x.max(dim=...) gives values and indices"
 CAUSAL_TRANSPOSED = "your mask is transposed"
 CAUSAL_NO_DIAGONAL = "the diagonal is missing"
 CAUSAL_INVERTED = "your mask marks the forbidden positions"
@@ -130,6 +132,18 @@ def _softmax_mistakes(x, dim):
     return wrongs
 
 
+def _call_softmax(candidate, x, dim):
+    try:
+        return call(candidate, x, dim=dim)
+    except Mistake as m:
+        if "return_types" in str(m):  # x.max(dim=...) is a (values, indices) pair, not a tensor
+            raise Mistake(
+                f"{MAX_IS_A_PAIR}: with a `dim`, `x.max(dim=dim, keepdim=True)` returns (values, indices). "
+                f"Take `.values`, or use `x.amax(dim=dim, keepdim=True)`, which returns the values only.\n{m}"
+            ) from None
+        raise
+
+
 @exercise(
     "stable_softmax",
     solution=stable_softmax,
@@ -143,7 +157,7 @@ def _softmax_mistakes(x, dim):
 def check_stable_softmax(candidate):
     for description, x, dim in _softmax_cases():
         expected = torch.softmax(x, dim=dim)
-        got = call(candidate, x, dim=dim)
+        got = _call_softmax(candidate, x, dim)
         expect_tensor(got, expected.shape, what=f"result for {description}")
         if got.dtype != x.dtype:
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
@@ -354,6 +368,8 @@ def _call_attention(candidate, description, q, k, v, mask, unbatched_ok):
             ) from None
         if q.dim() > 2 and unbatched_ok:
             raise Mistake(f"your function {ONLY_UNBATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
+        if q.dim() == 2 and "Dimension out of range" in text:
+            raise Mistake(f"{ONLY_BATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
         if mask is not None:
             raise Mistake(f"with a mask ({description}): {text}") from None
         raise
@@ -445,8 +461,8 @@ def _check_fully_masked_rows(candidate):
     if torch.isnan(weights[empty]).any() or torch.isnan(out[empty]).any():
         raise Mistake(
             f"{FULLY_MASKED_NAN} ({description}): with -inf every score of that row is -inf and softmax computes "
-            f"0/0. One NaN row spreads to every later layer. Replace it by zeros (`weights.nan_to_num(0.0)`, the "
-            f"course's choice and PyTorch's) or fill with -1e9 (uniform weights there)."
+            f"0/0. One NaN row spreads to every later layer. Make that row zeros (the course's choice and "
+            f"PyTorch's; `weights.nan_to_num(0.0)` is the shortest way) or fill with -1e9 (uniform weights there)."
         )
     if not (close(weights[~empty], expected_w[~empty]) and close(out[~empty], expected_out[~empty])):
         raise Mistake(

@@ -26,7 +26,17 @@ def check_normalise_scores(candidate):
         torch.tensor([[1.0, 1.0, 2.0], [5.0, 0.0, 5.0]]),  # one row per query
     ]
     for scores in cases:
-        got = call(candidate, scores)
+        try:
+            got = call(candidate, scores)
+        except Mistake as m:
+            if scores.dim() > 1 and "must match the size" in str(m):
+                error = str(m).splitlines()[0]  # "your code raised RuntimeError: ..."
+                raise Mistake(
+                    "your function works for one row but not for a batch of rows: `scores.sum(dim=-1)` drops the "
+                    "summed axis, so the sums no longer line up with their rows. Keep the axis: "
+                    f"`scores.sum(dim=-1, keepdim=True)`.\n({error})"
+                ) from None
+            raise
         expected = normalise_scores(scores)
         diagnose(
             got,
@@ -37,6 +47,11 @@ def check_normalise_scores(candidate):
                     scores / scores.amax(dim=-1, keepdim=True),
                 ),
                 ("you divided by the number of scores (a mean); divide by their sum.", scores / scores.shape[-1]),
+                (
+                    "you applied softmax: it also gives weights that sum to 1, but changes their ratios "
+                    "(exp(3)/exp(1) is not 3/1). Here the scores are already non-negative: divide them by their sum.",
+                    torch.softmax(scores, dim=-1),
+                ),
                 (
                     "for a batch of rows, each row must sum to 1: sum over the last axis with keepdim=True, "
                     "not over the whole tensor.",
