@@ -41,7 +41,8 @@ _EXPLANATIONS = [
     ),
     (
         "must match the size of tensor",
-        "two tensors' shapes do not line up: print the shapes of what you combine (a missing transpose or permute?)",
+        "two tensors' shapes do not line up: print the shapes of what you combine "
+        "(often a missing transpose or permute, or a reduction without keepdim=True)",
     ),
     (
         "Dimension out of range",
