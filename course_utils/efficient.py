@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from course_utils.attention import _check_qkv, causal_mask, combine_heads, scaled_dot_product_attention
 
@@ -29,6 +30,7 @@ __all__ = [
     "attend_with_cache",
     "generate",
     "sdpa_methods",
+    "SDPA_BACKENDS",
     "attention_flops",
     "time_call",
     "peak_memory",
@@ -256,29 +258,36 @@ def generate(mha, prompt, steps, use_cache=True, step_times=None):
 # ---------------------------------------------------------------- measuring
 
 
+# PyTorch's SDPA backends, by the names the lesson uses
+SDPA_BACKENDS = {
+    "SDPA math": SDPBackend.MATH,
+    "SDPA flash": SDPBackend.FLASH_ATTENTION,
+    "SDPA memory-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "SDPA cuDNN": SDPBackend.CUDNN_ATTENTION,
+}
+
+
 def sdpa_methods(device, dtype=torch.float32, head_dim=64):
     """{name: fn(q, k, v, causal=False)} for each PyTorch SDPA backend that runs on ``device``
-    for inputs of this dtype and head size (flash, for one, needs float16/bfloat16 on a GPU)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for inputs of this dtype and head size (flash, for one, needs float16/bfloat16 on a GPU).
 
+    Each backend is tried on a tiny input, with and without the causal mask; one that
+    cannot run raises there and is left out (``SDPA_BACKENDS`` lists them all).
+    """
     probe = torch.randn(1, 1, 8, head_dim).to(device, dtype)
     methods = {}
-    for name, backend in (
-        ("SDPA math", SDPBackend.MATH),
-        ("SDPA flash", SDPBackend.FLASH_ATTENTION),
-        ("SDPA memory-efficient", SDPBackend.EFFICIENT_ATTENTION),
-        ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
-    ):
+    for name, backend in SDPA_BACKENDS.items():
 
         def run(q, k, v, causal=False, backend=backend):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
         try:
-            with warnings.catch_warnings():  # an unavailable backend warns before it raises
+            with warnings.catch_warnings():  # an unavailable backend warns (on a GPU) before it raises
                 warnings.simplefilter("ignore")
-                run(probe, probe, probe)
-        except RuntimeError:
+                for causal in (False, True):
+                    run(probe, probe, probe, causal=causal)
+        except RuntimeError:  # "No available kernel": not for this device, dtype or head size
             continue
         methods[name] = run
     return methods

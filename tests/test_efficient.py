@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from course_utils.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from course_utils.efficient import (
+    SDPA_BACKENDS,
     KVCache,
     attend_with_cache,
     attention_flops,
@@ -331,6 +332,21 @@ def test_sdpa_methods_on_cpu_agree_with_the_reference():
         torch.testing.assert_close(
             fn(q, k, v, causal=True), naive_attention(q, k, v, causal=True), atol=1e-5, rtol=1e-5, msg=name
         )
+
+
+def test_sdpa_backends_are_pytorchs_and_unavailable_ones_are_left_out():
+    from torch.nn.attention import SDPBackend
+
+    assert set(SDPA_BACKENDS.values()) == {
+        SDPBackend.MATH,
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.CUDNN_ATTENTION,
+    }
+    methods = sdpa_methods("cpu", torch.float32, 64)
+    assert set(methods) <= set(SDPA_BACKENDS)
+    if not torch.cuda.is_available():  # without CUDA the two CUDA-only kernels cannot run
+        assert "SDPA memory-efficient" not in methods and "SDPA cuDNN" not in methods
 
 
 def test_time_call_and_loglog_slope():

@@ -85,6 +85,20 @@ def test_online_softmax_mistakes_are_named(kwargs, phrase):
     assert phrase in result.message, result.message
 
 
+def test_online_softmax_with_one_maximum_for_all_rows_is_named():
+    def like_the_demo(x, block_size):  # the lesson's demo cell, Python floats and all, on several rows
+        m, total = -math.inf, 0.0
+        for start in range(0, x.shape[-1], block_size):
+            block = x[..., start : start + block_size]
+            m_new = max(m, block.max().item())
+            total = total * math.exp(m - m_new) + torch.exp(block - m_new).sum().item()
+            m = m_new
+        return torch.exp(x - m) / total
+
+    result = _online(like_the_demo)
+    assert not result.passed and ex.OS_ONE_FOR_ALL_ROWS in result.message, result.message
+
+
 def test_online_softmax_with_torch_softmax_is_caught():
     result = _online(lambda x, block_size: torch.softmax(x, dim=-1))
     assert not result.passed and ex.OS_WHOLE_ROW in result.message
@@ -116,6 +130,7 @@ def learner_tiled(
     divide="end",
     softmax_per_block=False,
     fixed_block=None,
+    start_max=-math.inf,
 ):
     d = q.shape[-1]
     q = q * {"sqrt": d**-0.5, "none": 1.0, "d": 1.0 / d}[scale]  # scale the queries once, up front
@@ -123,7 +138,7 @@ def learner_tiled(
     k_blocks, v_blocks = torch.split(k, size, dim=-2), torch.split(v, size, dim=-2)
     if lost_last and k_blocks[-1].shape[-2] < size:
         k_blocks, v_blocks = k_blocks[:-1], v_blocks[:-1]
-    m = torch.full(q.shape[:-1] + (1,), -math.inf)
+    m = torch.full(q.shape[:-1] + (1,), start_max)
     s = torch.zeros(q.shape[:-1] + (1,))
     acc = torch.zeros(q.shape[:-1] + (v.shape[-1],))
     for kb, vb in zip(k_blocks, v_blocks, strict=True):
@@ -172,6 +187,7 @@ def test_tiled_stub_is_not_attempted():
         (dict(divide="never"), ex.T_NO_FINAL_DIVIDE),
         (dict(softmax_per_block=True), ex.T_PER_BLOCK_SOFTMAX),
         (dict(subtract_max=False), ex.T_OVERFLOW),
+        (dict(start_max=0.0), ex.T_MAX_AT_ZERO),
         (dict(fixed_block=32), ex.T_WIDE_BLOCKS),
     ],
     ids=lambda p: str(p)[:40],

@@ -54,6 +54,15 @@ MISTAKES = {
     "mean over everything": (lambda a: diag(a, -1).mean(), "averaged over the wrong axis"),
     "default diagonal dims": (lambda a: a.diagonal(offset=-1).mean(-1), "dim1=-2, dim2=-1"),
     "tuple": (lambda a: (diag(a, -1).mean(-1),), "return a tuple"),
+    "loop from query 0 (index -1 wraps)": (
+        lambda a: sum(a[..., i, i - 1] for i in range(a.shape[-1])) / a.shape[-1],
+        "index -1 wraps around",
+    ),
+    "all earlier tokens": (lambda a: a.tril(-1).sum(-1).mean(-1), "*all* earlier tokens"),
+    "all earlier tokens, in a loop": (
+        lambda a: sum(a[..., i, :i].sum(-1) for i in range(1, a.shape[-1])) / (a.shape[-1] - 1),
+        "*all* earlier tokens",
+    ),
 }
 
 

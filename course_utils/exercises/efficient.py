@@ -29,6 +29,7 @@ OS_OVERFLOW = "exp() overflowed"
 OS_MAX_AT_ZERO = "start the running maximum at -inf"
 OS_WHOLE_ROW = "you reduced over the whole row at once"
 OS_WIDE_BLOCKS = "your blocks are wider than block_size"
+OS_ONE_FOR_ALL_ROWS = "you kept one running maximum and one sum for all rows together"
 
 T_NO_RESCALE = "you did not rescale the running sum and the output"
 T_NO_RESCALE_OUT = "you rescaled the running sum but not the output"
@@ -41,6 +42,7 @@ T_DIVIDE_EACH = "you divided by the running sum after every block"
 T_NO_FINAL_DIVIDE = "you never divided by the running sum"
 T_PER_BLOCK_SOFTMAX = "you normalised each block on its own"
 T_OVERFLOW = "exp() overflowed"
+T_MAX_AT_ZERO = "start the running maximum at -inf"
 T_FULL_MATRIX = "you built the full [L_q, L_k] score matrix"
 T_WIDE_BLOCKS = "your blocks of keys are wider than block_size"
 T_BUILTIN = "you called PyTorch's scaled_dot_product_attention"
@@ -161,6 +163,16 @@ def _online_softmax_mistakes(x, block_size):
             _online_softmax_variant(x, block_size, rescale="inverted"),
         ),
     ]
+    if x.dim() > 1:
+        # the demo cell's Python floats (`.max().item()`, `.sum()`) used on several rows at once
+        mistakes.append(
+            (
+                f"{OS_ONE_FOR_ALL_ROWS} (a Python float, or .max()/.sum() without dim=-1, as in the demo with its "
+                f"single row). Every row is its own softmax: keep m and l per row, shape [..., 1], with "
+                f"block.amax(dim=-1, keepdim=True) and .sum(dim=-1, keepdim=True).",
+                torch.softmax(x.flatten(), dim=0).view_as(x),
+            )
+        )
     if x.shape[-1] % block_size:
         mistakes.insert(
             0,
@@ -250,11 +262,12 @@ def _tiled_variant(
     use_max=True,
     normalise="end",
     per_block_softmax=False,
+    max_start=float("-inf"),
 ):
     """tiled attention with one planted mistake (normalise: 'end', 'each_block' or 'never')."""
     n_k, d = k.shape[-2], q.shape[-1]
     factor = {"sqrt": 1 / math.sqrt(d), "none": 1.0, "d": 1 / d}[scale]
-    m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+    m = torch.full((*q.shape[:-1], 1), max_start, dtype=q.dtype)
     total = torch.zeros((*q.shape[:-1], 1), dtype=q.dtype)
     o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
     stop = n_k - n_k % block_size if lost_last else n_k
@@ -292,12 +305,26 @@ def _tiled_cases():
         ("[3, 9, 16], block_size=32 (one block)", *qkv((3,), 9, 9, 16, 16), 32),
         ("[2, 5, 4], block_size=1", *qkv((2,), 5, 5, 4, 4), 1),
         ("[2, 2, 20, 8] with large inputs (q, k x 10), block_size=6", *qkv((2, 2), 20, 20, 8, 8, scale=10.0), 6),
+        (
+            "[2, 6, 4] with very negative scores (q > 0, k < 0: every score below -200), block_size=4",
+            10 + 4 * torch.rand(2, 6, 4, generator=g),
+            -10 - 4 * torch.rand(2, 10, 4, generator=g),
+            torch.randn(2, 10, 3, generator=g),
+            4,
+        ),
     ]
 
 
 def _tiled_mistakes(q, k, v, block_size):
     variant = _tiled_variant
     mistakes = [
+        # first: on very negative scores the 0-start and no max at all both give NaN everywhere;
+        # no max is already caught by the large inputs, so there the 0-start is the cause
+        (
+            f"{T_MAX_AT_ZERO}, not 0: when every score of a row is far below 0, the maximum stays at 0, every "
+            f"exp(s - 0) underflows to 0 and the output is 0/0 = NaN.",
+            variant(q, k, v, block_size, max_start=0.0),
+        ),
         (
             f"{T_NO_RESCALE}: when a block raises the running maximum m, everything collected so far (the sum l "
             f"and the output o) was computed with the old m. Multiply both by exp(m_old - m_new) before adding "

@@ -24,6 +24,15 @@ def _previous_token_pattern(layers, heads, seq):
 def _known_mistakes(attn):
     seq = attn.shape[-1]
     below = attn.diagonal(offset=-1, dim1=-2, dim2=-1)  # attn[i, i-1], i = 1..seq-1
+    wrapped = (
+        "your loop includes query 0, and attn[0, -1] is not a previous token: Python's index -1 wraps around "
+        "to the *last* key. Query 0 has no previous token; loop over i = 1..seq-1 and divide by seq-1."
+    )
+    all_earlier = (
+        "you added up the weights on *all* earlier tokens (everything below the diagonal, as with tril(-1)). "
+        "The previous-token pattern is only the token right before: attn[i, i-1], the one diagonal just below "
+        "the main one."
+    )
     return [
         (
             "you took the main diagonal attn[i, i]: that is each token attending to itself. The previous "
@@ -50,6 +59,10 @@ def _known_mistakes(attn):
             "'previous token' weights (take the diagonal first, then the mean).",
             attn[..., 1:, :-1].mean((-2, -1)),
         ),
+        (wrapped, (below.sum(-1) + attn[..., 0, -1]) / seq),
+        (wrapped, (below.sum(-1) + attn[..., 0, -1]) / (seq - 1)),
+        (all_earlier, attn.tril(-1).sum(-1).mean(-1)),  # averaged over all seq queries
+        (all_earlier, attn.tril(-1).sum(-1)[..., 1:].mean(-1)),  # over queries 1..seq-1
     ]
 
 
@@ -91,26 +104,16 @@ def _check_shape(got, attn):
 )
 def check_previous_token_score(candidate):
     generator = torch.Generator().manual_seed(6)
-    # a perfect previous-token head first: the easiest case to reason about
-    perfect = _previous_token_pattern(2, 3, 5)
-    got = call(candidate, perfect)
-    _check_shape(got, perfect)
-    diagnose(
-        got,
-        previous_token_score(perfect),
-        _known_mistakes(perfect),
-        what="scores [layers, heads]",
-        context="every query attends only to the token before it: all scores 1",
-    )
-    # then random attention of a real model's shape (6 layers x 12 heads), and small/odd sizes
-    for shape in [(6, 12, 9, 9), (2, 3, 5, 5), (1, 4, 2, 2), (3, 1, 12, 12)]:
-        attn = _random_attention(shape, generator)
+    # random attention first, of a real model's shape (6 layers x 12 heads) and small/odd sizes:
+    # there every known mistake gives a different number, so the message can name it
+    # (on a perfect previous-token head, "divided by seq" and "all earlier tokens" agree)
+    cases = [
+        (_random_attention(shape, generator), f"random attention of shape {shape}")
+        for shape in [(6, 12, 9, 9), (2, 3, 5, 5), (1, 4, 2, 2), (3, 1, 12, 12)]
+    ]
+    # then a perfect previous-token head: every score must be exactly 1
+    cases.append((_previous_token_pattern(2, 3, 5), "every query attends only to the token before it: all scores 1"))
+    for attn, context in cases:
         got = call(candidate, attn)
         _check_shape(got, attn)
-        diagnose(
-            got,
-            previous_token_score(attn),
-            _known_mistakes(attn),
-            what="scores [layers, heads]",
-            context=f"random attention of shape {shape}",
-        )
+        diagnose(got, previous_token_score(attn), _known_mistakes(attn), what="scores [layers, heads]", context=context)
