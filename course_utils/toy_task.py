@@ -143,6 +143,14 @@ def train(
         for step in bar:
             inputs, targets = task.sample(batch_size, generator)
             keep = ~torch.isin(sequence_ids(inputs, task.vocab_size), held_out_ids)  # never train on held-out data
+            if not keep.any():
+                # usually the same seed for training and held-out data: it draws the held-out sequences
+                # again, so every batch would be empty and its loss NaN
+                raise ValueError(
+                    f"every sequence of training batch {step} is held out: if train(seed={seed}) uses the seed "
+                    f"of task.held_out, it draws the held-out sequences again; use another seed for training "
+                    f"(or hold out fewer of the task's {task.vocab_size}**{task.seq_len} sequences)"
+                )
             inputs, targets = inputs[keep].to(device), targets[keep].to(device)
             logits = model(inputs)
             # one classification per position: which digit belongs here?

@@ -27,6 +27,7 @@ import html
 import json
 import math
 import struct
+import textwrap
 import zlib
 from numbers import Integral
 
@@ -44,10 +45,12 @@ __all__ = [
     "HEAD_COLORS",
 ]
 
-# seaborn's "colorblind" palette (its yellow darkened to show on white): one colour per head, cycled after 10.
+# seaborn's "colorblind" palette, one colour per head (cycled after 10), with its two palest
+# colours replaced so thin lines and head labels stay visible on white: yellow #ece133 darkened,
+# pink #fbafe4 swapped for the wine of Paul Tol's colour-blind-safe "muted" palette.
 HEAD_COLORS = [
     "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc",
-    "#ca9161", "#fbafe4", "#949494", "#c4b200", "#56b4e9",
+    "#ca9161", "#882255", "#949494", "#c4b200", "#56b4e9",
 ]  # fmt: skip
 HEATMAP_CMAP = "viridis"  # sequential and colour-blind safe
 DIVERGING_CMAP = "RdBu_r"  # for signed numbers (q, k, q*k): blue < 0 < red, colour-blind safe
@@ -235,6 +238,15 @@ def _new_figure(figsize, pyplot=True):
     return Figure(figsize=figsize, layout="constrained")
 
 
+def _suptitle(fig, text, width_inches, fontsize=10):
+    """A title that fits: in a narrow figure (one or two panels) it goes on several lines
+    instead of being cut off at both edges. A 10-point character is at most 0.075 inch wide."""
+    fits = max(20, int(width_inches / (0.0075 * fontsize)))  # characters per line
+    lines = math.ceil(len(text) / fits)
+    # lines of about equal length, rather than a full line and one stray word
+    fig.suptitle(textwrap.fill(text, width=min(fits, math.ceil(len(text) / lines) + 6)), fontsize=fontsize)
+
+
 def _tick_font(n):
     return 10 if n <= 10 else 8 if n <= 20 else 6
 
@@ -361,7 +373,8 @@ def _head_view_figure(arr, query_tokens, key_tokens, layer, heads, pyplot=True, 
     rows = math.ceil(len(heads) / cols)
     longest = max(len(t) for t in query_tokens + key_tokens)
     panel_w = 1.4 + 0.18 * min(longest, 40)  # room for the tokens on both sides of the lines
-    fig = _new_figure((cols * panel_w, rows * (0.28 * n + 0.7) + 0.3), pyplot)
+    width = cols * panel_w
+    fig = _new_figure((width, rows * (0.28 * n + 0.7) + 0.3), pyplot)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, head in zip(axes, heads, strict=False):
         _draw_bipartite(ax, arr[layer, head], query_tokens, key_tokens, HEAD_COLORS[head % len(HEAD_COLORS)])
@@ -369,7 +382,7 @@ def _head_view_figure(arr, query_tokens, key_tokens, layer, heads, pyplot=True, 
     for ax in axes[len(heads) :]:
         ax.set_visible(False)
     where = f"layer {layer}" if arr.shape[0] > 1 else "head view"
-    fig.suptitle(f"{where}: queries (left) attend to keys (right); line opacity = weight", fontsize=10)
+    _suptitle(fig, f"{where}: queries (left) attend to keys (right); line opacity = weight", width)
     return fig
 
 
@@ -378,7 +391,8 @@ def _model_view_figure(arr, query_tokens, key_tokens, layers, heads, pyplot=True
     thumb = min(1.1, 15 / len(heads), 20 / len(layers))
     label_tokens = max(n_q, n_k) <= 12 and thumb >= 0.9
     pad = 0.7 if label_tokens else 0.3
-    fig = _new_figure((len(heads) * thumb + 1.6 + pad, len(layers) * thumb + 0.8 + pad), pyplot)
+    width = len(heads) * thumb + 1.6 + pad
+    fig = _new_figure((width, len(layers) * thumb + 0.8 + pad), pyplot)
     axes = fig.subplots(len(layers), len(heads), squeeze=False)
     vmax = float(arr[np.ix_(layers, heads)].max())
     for r, layer in enumerate(layers):
@@ -397,7 +411,7 @@ def _model_view_figure(arr, query_tokens, key_tokens, layers, heads, pyplot=True
             if r == len(layers) - 1 and label_tokens:
                 ax.set_xticks(range(n_k), key_tokens, fontsize=5, rotation=90)
     fig.colorbar(image, ax=axes, label="attention weight", shrink=0.6)
-    fig.suptitle("model view: one square per head (rows: queries, columns: keys)", fontsize=10)
+    _suptitle(fig, "model view: one square per head (rows: queries, columns: keys)", width)
     return fig
 
 
@@ -740,6 +754,10 @@ function viridis(t) {
   var i = Math.min(Math.floor(t), VIRIDIS.length - 2), f = t - i, a = VIRIDIS[i], b = VIRIDIS[i + 1];
   return "rgb(" + [0, 1, 2].map(function (c) { return Math.round(a[c] + f * (b[c] - a[c])); }).join(",") + ")";
 }
+function ink(hex) {  /* dark text on light head colours, white on dark ones: readable either way */
+  var n = parseInt(hex.slice(1), 16);
+  return 0.299 * (n >> 16 & 255) + 0.587 * (n >> 8 & 255) + 0.114 * (n & 255) > 140 ? "#222" : "#fff";
+}
 function textWidth(tokens) {
   var m = 0; tokens.forEach(function (t) { m = Math.max(m, t.length); }); return 12 + 7.5 * m;
 }
@@ -810,7 +828,7 @@ function headView(live) {
   el("span", {text: " Heads: "}, bar);
   var boxes = D.heads.map(function (h, hi) {
     var b = el("span", {"class": "cu-head", "data-head": h, title: "head " + h + ": click to show/hide, double-click to show only it",
-      style: "display:inline-block;min-width:18px;margin:0 2px;padding:0 3px;text-align:center;cursor:pointer;color:#fff;border-radius:3px;background:" + D.colors[hi],
+      style: "display:inline-block;min-width:18px;margin:0 2px;padding:0 3px;text-align:center;cursor:pointer;border-radius:3px;color:" + ink(D.colors[hi]) + ";background:" + D.colors[hi],
       text: String(h)}, bar);
     b.addEventListener("click", function () { active[hi] = !active[hi]; draw(); });
     b.addEventListener("dblclick", function () { active = active.map(function (x, k) { return k === hi; }); draw(); });

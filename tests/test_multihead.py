@@ -245,6 +245,8 @@ def test_flop_formula(b, lq, lk, d_model, h):
         (lambda: split_heads(torch.randn(2, 3, 8), 0), "num_heads must be a positive int"),
         (lambda: split_heads([[1.0, 2.0]], 1), "got list"),
         (lambda: combine_heads(torch.randn(2, 3, 8)), "[batch, heads, seq_len, head_dim]"),
+        # the pair (output, weights) of scaled_dot_product_attention passed on by mistake
+        (lambda: combine_heads((torch.randn(1, 2, 3, 4), torch.rand(1, 2, 3, 3))), "pass on the output only"),
     ],
 )
 def test_bad_construction_and_shapes(make, message):

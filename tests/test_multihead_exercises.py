@@ -68,6 +68,10 @@ SPLIT_MISTAKES = {
         lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).permute(0, 2, 3, 1),
         "that is .permute(0, 2, 3, 1)",
     ),
+    "head count and head size swapped": (
+        lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 2, 1, 3),
+        "D/H pieces of size H",
+    ),
     "batch and heads merged": (
         lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2).reshape(-1, x.shape[1], x.shape[2] // h),
         "merged the batch and head axes",
@@ -143,6 +147,10 @@ COMBINE_MISTAKES = {
     ),
     "not merged": (lambda x: x.permute(0, 2, 1, 3), "did not merge the last two"),
     "heads summed": (lambda x: x.sum(dim=1), "summed/averaged the heads"),
+    "heads stacked as positions": (
+        lambda x: x.permute(0, 2, 1, 3).reshape(x.shape[0], -1, x.shape[3]),  # view(B, -1, d) with d the head size
+        "stacked along the sequence axis",
+    ),
     "batch size 1 only": (_combine_batch_one, "works for batch size 1 but not for batch size"),
 }
 
@@ -395,6 +403,14 @@ class InvertedMaskMinusOneE9(MinusOneE9):
         return super().compute_attention(query, key, value, None if mask is None else mask == 0)
 
 
+class SoftmaxOverQueries(Learner):
+    def compute_attention(self, query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1) / self.scale()
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        return torch.softmax(scores, dim=-2) @ value
+
+
 class NaiveExp(Learner):
     def compute_attention(self, query, key, value, mask=None):
         scores = query @ key.transpose(-2, -1) / self.scale()
@@ -476,6 +492,7 @@ MHA_MISTAKES = [
     (IgnoresMask, "the mask was ignored"),
     (InvertedMask, "the mask is inverted"),
     (InvertedMaskMinusOneE9, "the mask is inverted"),
+    (SoftmaxOverQueries, "softmax over the wrong axis"),
     (NaiveExp, "contains NaN"),
     (ReturnsTuple, "returned a tuple (output, weights)"),
     (BatchOneOnly, "works for batch size 1 but not for batch size"),
@@ -504,6 +521,30 @@ def test_each_mha_mistake_has_its_own_message():
 def test_view_in_mha_gets_the_contiguous_advice():
     message = result_of("multi_head_attention", ViewNotContiguous).message
     assert "reshape" in message and "view" in message
+
+
+def test_an_error_names_the_case_and_cross_attention_lengths():
+    class QueryLengthEverywhere(Learner):
+        def split_heads(self, x, batch_size):
+            return x.reshape(batch_size, self.seq_len, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+
+        def forward(self, query, key, value, mask=None):
+            self.seq_len = query.size(1)  # wrong for key and value in cross-attention
+            return super().forward(query, key, value, mask)
+
+    assert_caught("multi_head_attention", QueryLengthEverywhere, "(checking cross-attention")
+    assert_caught("multi_head_attention", QueryLengthEverywhere, "read each tensor's own length")
+
+
+def test_passing_on_the_pair_from_scaled_dot_product_attention_is_explained():
+    from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
+
+    class PassesThePair(Learner):
+        def forward(self, query, key, value, mask=None):
+            q, k, v = (split_heads(t, self.num_heads) for t in self.project(query, key, value))
+            return self.output_linear(combine_heads(scaled_dot_product_attention(q, k, v, mask)))
+
+    assert_caught("multi_head_attention", PassesThePair, "pass on the output only")
 
 
 def test_unknown_wrong_result_shows_the_difference():

@@ -69,6 +69,16 @@ def test_training_never_sees_held_out_sequences():
     assert not recorder.seen & set(map(tuple, held_out[0].tolist()))
 
 
+def test_training_with_the_held_out_seed_is_refused():
+    # the held-out set of seed 1 is the first sequences that seed draws: a training run with the
+    # same seed would get only held-out (dropped) sequences, empty batches and a NaN loss
+    task = ToyTask("sort", 6, 10)
+    held_out = task.held_out(200, seed=1)
+    model = TinyTransformer(10, 8, 2, 1, max_len=6)
+    with pytest.raises(ValueError, match="use another seed for training"):
+        train(model, task, held_out, steps=3, seed=1, progress=False)
+
+
 def test_accuracy_counts_tokens_and_whole_sequences():
     targets = torch.tensor([[1, 2, 3], [3, 2, 1], [0, 0, 0], [1, 1, 1]])
     predictions = torch.tensor([[1, 2, 3], [3, 0, 1], [0, 0, 0], [2, 2, 2]])  # 8 of 12 digits, 2 of 4 sequences

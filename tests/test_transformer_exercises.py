@@ -145,6 +145,20 @@ def test_layer_dropout_left_out_in_training():
     assert_caught(planted(layer_dropout=False), "training mode", "layer.dropout")
 
 
+def test_dropout_on_the_residual_sum():
+    def candidate(layer, x, mask=None):  # written independently of the checker's model of the mistake
+        def attend(h):
+            return layer.self_attention(h, h, h, mask)
+
+        if layer.norm_first:
+            x = layer.dropout(x + attend(layer.norm1(x)))
+            return layer.dropout(x + layer.feed_forward(layer.norm2(x)))
+        x = layer.norm1(layer.dropout(x + attend(x)))
+        return layer.norm2(layer.dropout(x + layer.feed_forward(x)))
+
+    assert_caught(candidate, "layer.dropout to the sum", "before the residual addition")
+
+
 def test_calling_the_layer_itself_is_refused():
     assert_caught(planted(call_layer=True), "you called the layer itself")
 

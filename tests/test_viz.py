@@ -212,6 +212,40 @@ def test_static_head_view_lines_follow_the_weights():
         assert [t.get_text() for t in ax.texts] == TOKENS + TOKENS  # queries left, keys right
 
 
+@pytest.mark.parametrize("heads", [[3], [0, 1], None], ids=["one head", "two heads", "all heads"])
+def test_head_view_title_fits_in_the_figure(heads):
+    w = weights(2, 6, 5, 5)
+    fig = viz.head_view(w, TOKENS, layer=1, heads=heads, interactive=False)
+    fig.canvas.draw()
+    title = fig.get_suptitle()
+    assert " ".join(title.split()) == "layer 1: queries (left) attend to keys (right); line opacity = weight"
+    box = fig._suptitle.get_window_extent()
+    width, height = fig.bbox.width, fig.bbox.height
+    assert 0 <= box.x0 and box.x1 <= width and box.y1 <= height, (box, width, height)
+
+
+@pytest.mark.parametrize("heads", [[2], None], ids=["one head", "all heads"])
+def test_model_view_title_fits_in_the_figure(heads):
+    fig = viz.model_view(weights(1, 4, 5, 5), TOKENS, heads=heads, interactive=False)
+    fig.canvas.draw()
+    assert " ".join(fig.get_suptitle().split()) == "model view: one square per head (rows: queries, columns: keys)"
+    box = fig._suptitle.get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, (box, fig.bbox)
+
+
+def _relative_luminance(hex_colour):
+    channels = [int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def test_head_colours_are_distinct_and_visible_on_white():
+    assert len(set(viz.HEAD_COLORS)) == len(viz.HEAD_COLORS) == 10
+    for colour in viz.HEAD_COLORS:
+        contrast = 1.05 / (_relative_luminance(colour) + 0.05)  # WCAG contrast ratio against white
+        assert contrast >= 2.0, f"{colour} is too pale for thin lines on white (contrast {contrast:.2f})"
+
+
 def test_static_model_view_grid():
     w = weights(3, 4, 5, 5)
     fig = viz.model_view(w, TOKENS, interactive=False)

@@ -52,6 +52,10 @@ SPLIT_WRONG_PERMUTE = (
     "before the feature axis: use .permute(0, 2, 1, 3)."
 )
 SPLIT_MERGED_BATCH = "you merged the batch and head axes into one ([B*H, S, D/H]); keep them separate: [B, H, S, D/H]."
+SPLIT_SIZES_SWAPPED = (
+    "your axes came out as [B, D/H, S, H]: you cut the features into D/H pieces of size H instead of H pieces "
+    "of size D/H. Reshape to [B, S, num_heads, D // num_heads] (the head count first), then .permute(0, 2, 1, 3)."
+)
 
 COMBINE_NO_PERMUTE = (
     "the heads are scrambled: you reshaped [B, H, S, d] straight to [B, S, H*d] without a permute. A reshape "
@@ -66,6 +70,11 @@ COMBINE_WRONG_ORDER = (
     ".permute(0, 2, 1, 3) then reshape to [B, S, H*d]."
 )
 COMBINE_NOT_MERGED = "you moved the axes back to [B, S, H, d] but did not merge the last two: reshape to [B, S, H*d]."
+COMBINE_HEADS_AS_POSITIONS = (
+    "your output has H*S positions of d features each: the heads were stacked along the sequence axis instead "
+    "of concatenated along the features (a view/reshape to [B, -1, d] with d the head size?). Every position "
+    "keeps its S index and gets H*d features: .permute(0, 2, 1, 3), then reshape to [B, S, H*d]."
+)
 COMBINE_LOST_HEADS = (
     "your output has only d features per position: you summed/averaged the heads or kept one of them. "
     "Multi-head attention concatenates the heads: [B, S, H*d]."
@@ -81,6 +90,10 @@ MHA_SCALE_MODEL = (
     "terms, so scale by sqrt(d_k) (the head size), not by sqrt(d_model)."
 )
 MHA_NO_SCALE = "you did not scale the scores: divide q @ k^T by sqrt(d_k), d_k = d_model // num_heads."
+MHA_SOFTMAX_QUERIES = (
+    "softmax over the wrong axis: you normalised each column of the scores (over the queries, dim=-2). Each "
+    "query's weights over the keys must sum to 1: torch.softmax(scores, dim=-1)."
+)
 MHA_SHARED_PROJECTION = (
     "one projection reused for Q, K and V: queries, keys and values each need their own learned "
     "projection: query_linear(query), key_linear(key), value_linear(value)."
@@ -140,10 +153,13 @@ def _batch_one(batch):
 _KNOWN = {
     SPLIT_NO_PERMUTE,
     SPLIT_INTERLEAVED,
+    SPLIT_SIZES_SWAPPED,
     COMBINE_NO_PERMUTE,
+    COMBINE_HEADS_AS_POSITIONS,
     COMBINE_WRONG_ORDER,
     MHA_SCALE_MODEL,
     MHA_NO_SCALE,
+    MHA_SOFTMAX_QUERIES,
     MHA_SHARED_PROJECTION,
     MHA_KV_IGNORED,
     MHA_MASK_IGNORED,
@@ -191,7 +207,12 @@ SPLIT_CASES = [  # (batch, seq_len, d_model, num_heads): batch 1 first, then sev
 def _split_shape_hint(got, b, s, h, d):
     if not isinstance(got, torch.Tensor) or tuple(got.shape) == (b, h, s, d):
         return
-    hints = {(b, s, h, d): SPLIT_KEPT_SEQ_FIRST, (b, h, d, s): SPLIT_WRONG_PERMUTE, (b * h, s, d): SPLIT_MERGED_BATCH}
+    hints = {
+        (b, d, s, h): SPLIT_SIZES_SWAPPED,
+        (b, s, h, d): SPLIT_KEPT_SEQ_FIRST,
+        (b, h, d, s): SPLIT_WRONG_PERMUTE,
+        (b * h, s, d): SPLIT_MERGED_BATCH,
+    }  # where two of these shapes coincide, the later entry wins
     if tuple(got.shape) in hints:
         raise _Named(hints[tuple(got.shape)])
 
@@ -265,6 +286,7 @@ def _check_combine_case(candidate, x):
         hints = {(b, s, h, d): COMBINE_NOT_MERGED}
         if h > 1:
             hints[(b, s, d)] = COMBINE_LOST_HEADS
+            hints[(b, h * s, d)] = COMBINE_HEADS_AS_POSITIONS
         if tuple(got.shape) in hints:
             raise _Named(hints[tuple(got.shape)])
     diagnose(
@@ -320,6 +342,7 @@ def _mha(
     split="heads",
     combine="heads",
     output_projection=True,
+    softmax_dim=-1,
 ):
     """Multi-head attention from weights ``w``, with one knob per known mistake."""
     if ignore_kv:
@@ -354,7 +377,7 @@ def _mha(
         scores = scores.masked_fill(mask != 0, invert_mask)
     elif mask is not None and not ignore_mask:
         scores = scores.masked_fill(mask == 0, float("-inf"))
-    context = torch.softmax(scores, dim=-1) @ v  # [B, H, L_q, d_k]
+    context = torch.softmax(scores, dim=softmax_dim) @ v  # [B, H, L_q, d_k]
     b, _, lq, _ = context.shape
     if combine == "reshape":
         out = context.reshape(b, lq, d_model)
@@ -370,6 +393,7 @@ def _known_mha_mistakes(w, query, key, value, mask, h, cross):
     mistakes = [
         (MHA_SCALE_MODEL, _mha(*args, scale="model")),
         (MHA_NO_SCALE, _mha(*args, scale="none")),
+        (MHA_SOFTMAX_QUERIES, _mha(*args, softmax_dim=-2)),
         (MHA_SHARED_PROJECTION, _mha(*args, shared_projection=True)),
         (MHA_NO_OUTPUT_PROJECTION, _mha(*args, output_projection=False)),
         (MHA_SPLIT_NO_PERMUTE, _mha(*args, split="reshape")),
@@ -511,7 +535,14 @@ def _check_mha_case(candidate, case, seed):
 
     def run():
         with torch.no_grad():
-            got = call(model, *args)
+            try:
+                got = call(model, *args)
+            except Mistake as error:
+                # say which case broke: a shape error only in cross-attention means L_k != L_q was not expected
+                lengths = (
+                    " Key and value have L_k positions, query L_q: read each tensor's own length." if cross else ""
+                )
+                raise Mistake(f"{error}\n(checking {what}.){lengths}") from None
             expected = reference(*args)
         if isinstance(got, tuple):
             raise _Named(MHA_TUPLE)
@@ -566,7 +597,8 @@ def _check_mha_case(candidate, case, seed):
         "In __init__: self.num_heads = num_heads; self.query_linear = nn.Linear(d_model, d_model, bias=False) (same "
         "for key/value); self.output_linear = nn.Linear(d_model, d_model). In forward: q = split_heads("
         "self.query_linear(query), self.num_heads) (same for k from key and v from value); "
-        "return self.output_linear(combine_heads(attention(q, k, v, mask))).",
+        "context, _ = attention.scaled_dot_product_attention(q, k, v, mask); "
+        "return self.output_linear(combine_heads(context)).",
     ],
 )
 def check_multi_head_attention(candidate):

@@ -163,6 +163,23 @@ def _eval_case(candidate, norm_first, with_mask, seed):
         diagnose(got, expected, known_mistakes=_variants(layer, x, mask), context=context)
 
 
+def _dropout_on_the_sum(layer, x):
+    """The mistake of dropping out the residual sum x + Sublayer(x) instead of the sublayer's output.
+
+    It draws the same random numbers in the same order as the right forward pass, so with the
+    same seed it gives exactly what a learner's code with this mistake gives."""
+    drop, norm1, norm2, ffn = layer.dropout, layer.norm1, layer.norm2, layer.feed_forward
+
+    def attn(h):
+        return layer.self_attention(h, h, h)
+
+    if layer.norm_first:
+        x = drop(x + attn(norm1(x)))
+        return drop(x + ffn(norm2(x)))
+    x = norm1(drop(x + attn(x)))
+    return norm2(drop(x + ffn(x)))
+
+
 def _train_case(candidate, norm_first, seed):
     """In training mode the sublayer outputs go through layer.dropout before the residual add."""
     layer = _make_layer(norm_first, seed, dropout=0.3).train()
@@ -177,6 +194,8 @@ def _train_case(candidate, norm_first, seed):
         layer.dropout.eval()  # the same computation without the layer's own dropout
         no_layer_dropout = encoder_layer_forward(layer, x)
         layer.dropout.train()
+        torch.manual_seed(seed)
+        dropout_on_sum = _dropout_on_the_sum(layer, x)
     diagnose(
         got,
         expected,
@@ -185,6 +204,12 @@ def _train_case(candidate, norm_first, seed):
                 "in training mode (layer.train()) each sublayer's output goes through layer.dropout before "
                 "it is added to x: x + layer.dropout(attention(...)), and the same for the feed-forward output.",
                 no_layer_dropout,
+            ),
+            (
+                "you applied layer.dropout to the sum x + Sublayer(x); it belongs on the sublayer's output only, "
+                "before the residual addition: x + layer.dropout(Sublayer(x)). Dropping out the sum would also "
+                "zero parts of the residual stream x, the path that carries the input through the layers.",
+                dropout_on_sum,
             ),
         ],
         context=f"{order} layer in training mode with dropout 0.3, random numbers seeded the same for you and the reference",
