@@ -128,22 +128,18 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
     expect_tensor(got, expected.shape, what=what)
     if close(got, expected, atol, rtol):
         return
-    if torch.isnan(got).any() and not torch.isnan(expected).any():
-        nan_hint = "your " + what + " contains NaN where the reference has none"
-        for message, wrong in known_mistakes:
-            if close(got, wrong, atol, rtol):
-                raise Mistake(message)
-        raise Mistake(
-            nan_hint
-            + (f" ({context})" if context else "")
-            + ": large inputs overflow exp()? subtract the row maximum first."
-        )
     for message, wrong in known_mistakes:
         if close(got, wrong, atol, rtol):
             raise Mistake(message)
+    where = f" ({context})" if context else ""
+    if torch.isnan(got).any() and not torch.isnan(expected).any():
+        raise Mistake(
+            f"your {what} contains NaN where the reference has none{where}: "
+            "large inputs overflow exp()? subtract the row maximum first."
+        )
     diff = (got.double() - expected.double()).abs().max().item()
     raise Mistake(
-        f"the {what} is not right{f' ({context})' if context else ''}: largest difference {diff:.3g}.\n"
+        f"the {what} is not right{where}: largest difference {diff:.3g}.\n"
         f"expected: {describe(expected)}\n"
         f"got:      {describe(got)}"
     )
