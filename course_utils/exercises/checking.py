@@ -120,10 +120,11 @@ def generator(seed):
     return torch.Generator().manual_seed(seed)
 
 
-def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e-4, context=""):
+def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e-4, context="", nonfinite_advice=None):
     """Pass if ``got`` matches ``expected``; otherwise name the mistake it matches.
 
     known_mistakes: (message, tensor the mistake would produce) pairs.
+    nonfinite_advice: what to say when the output has NaN/inf that the reference has not.
     """
     expect_tensor(got, expected.shape, what=what)
     if close(got, expected, atol, rtol):
@@ -132,11 +133,9 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
         if close(got, wrong, atol, rtol):
             raise Mistake(message)
     where = f" ({context})" if context else ""
-    if torch.isnan(got).any() and not torch.isnan(expected).any():
-        raise Mistake(
-            f"your {what} contains NaN where the reference has none{where}: "
-            "large inputs overflow exp()? subtract the row maximum first."
-        )
+    if not torch.isfinite(got).all() and torch.isfinite(expected).all():
+        advice = nonfinite_advice or "large inputs overflow exp()? subtract the row maximum first."
+        raise Mistake(f"your {what} contains NaN or inf where the reference has none{where}: {advice}")
     diff = (got.double() - expected.double()).abs().max().item()
     raise Mistake(
         f"the {what} is not right{where}: largest difference {diff:.3g}.\n"
