@@ -1,10 +1,10 @@
-"""Lesson 06's exercise: score every head of a model for previous-token attention."""
+"""Lesson 06's exercises: score every head of a model for previous-token and same-word attention."""
 
 import torch
 
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor
-from course_utils.head_scores import previous_token_score
+from course_utils.head_scores import is_punctuation, previous_token_score, same_word_score
 
 
 def _random_attention(shape, generator):
@@ -117,3 +117,156 @@ def check_previous_token_score(candidate):
         got = call(candidate, attn)
         _check_shape(got, attn)
         diagnose(got, previous_token_score(attn), _known_mistakes(attn), what="scores [layers, heads]", context=context)
+
+
+# ----------------------------------------------------------------------------
+# same_word_score: a score whose definition has several easy-to-miss details
+# ----------------------------------------------------------------------------
+
+# a sentence pair ([CLS] A [SEP] B [SEP]) where a word occurs three times, and [SEP] and ","
+# repeat too: on random attention every known mistake below gives a different number
+PAIR_TOKENS = ["[CLS]", "the", "cat", "saw", "the", "dog", ",", "the", "dog", "ran", ",", "[SEP]", "it", "ran", "[SEP]"]
+SHORT_TOKENS = ["[CLS]", "a", "b", "a", "[SEP]"]
+SPECIAL = ("[CLS]", "[SEP]", "[PAD]")
+
+
+def _same_token(tokens, specials=False, punctuation=False, diagonal=False):
+    """same[i, j]: query i and key j hold the same word; the flags give the wrong rules of mistakes."""
+    n = len(tokens)
+    word = [specials if t in SPECIAL else punctuation if is_punctuation(t) else True for t in tokens]
+    return torch.tensor(
+        [[tokens[i] == tokens[j] and (diagonal or i != j) and word[i] and word[j] for j in range(n)] for i in range(n)]
+    )
+
+
+def _same_word_mistakes(attn, tokens):
+    right = _same_token(tokens)
+    repeated = right.any(-1)
+    per_query = (attn * right).sum(-1)  # [..., seq]: each query's weight on its other occurrences
+
+    def score(same, queries=None):
+        queries = same.any(-1) if queries is None else queries
+        return (attn * same).sum(-1)[..., queries].mean(-1)
+
+    words = torch.tensor([t not in SPECIAL and not is_punctuation(t) for t in tokens])
+    with_self = _same_token(tokens, diagonal=True)
+    earlier = right.tril(-1)  # key j before query i
+    self_message = (
+        "you counted a token attending to *itself* (j = i): every token equals itself, so a head that "
+        "only looks at itself would score high. Count only the *other* occurrences, j != i."
+    )
+    return [
+        (self_message, score(with_self, repeated)),
+        (self_message, score(with_self, words)),  # every word counted as repeated (it matches itself)
+        (
+            "you treated the special tokens [CLS], [SEP] and [PAD] as words: a second [SEP] is not the same "
+            "*word* again. Leave them out (and punctuation too).",
+            score(_same_token(tokens, specials=True)),
+        ),
+        (
+            "you treated punctuation as words: a comma attending to another comma is not a lexical pattern. "
+            "Leave out tokens for which `is_punctuation(token)` is True.",
+            score(_same_token(tokens, punctuation=True)),
+        ),
+        (
+            "you counted neither special tokens nor punctuation out: [SEP] -> [SEP] and ',' -> ',' are not the "
+            "same word. Keep only real words (not [CLS]/[SEP]/[PAD], not `is_punctuation`).",
+            score(_same_token(tokens, specials=True, punctuation=True)),
+        ),
+        (
+            "you averaged over *all* queries (divided by seq). Only the queries whose word occurs again count: "
+            "average over them, the set R in the formula.",
+            per_query.mean(-1),
+        ),
+        (
+            "you took the *mean* over the keys (dividing by seq) where a query's weights on its other "
+            "occurrences should be *added up*: sum over the keys (dim=-1), then average over the repeated queries.",
+            (attn * right).mean(-1)[..., repeated].mean(-1),
+        ),
+        (
+            "you averaged a query's weights over its other occurrences instead of adding them up: a query whose "
+            "word occurs three times may split its weight over two others, and both count in full.",
+            ((attn * right).sum(-1) / right.sum(-1).clamp(min=1))[..., repeated].mean(-1),
+        ),
+        (
+            "you counted only the *earlier* occurrences (key j < query i). The pattern is the same word "
+            "anywhere else in the input, before or after.",
+            score(earlier, repeated),
+        ),
+        (
+            "you counted only the *earlier* occurrences (key j < query i). The pattern is the same word "
+            "anywhere else in the input, before or after.",
+            score(earlier),
+        ),
+        (
+            "you added up the queries' weights instead of averaging them: the score is a mean weight "
+            "between 0 and 1, whatever the number of repeated words.",
+            per_query[..., repeated].sum(-1),
+        ),
+    ]
+
+
+def _same_word_pattern(layers, tokens):
+    """Head 0: each repeated word splits its weight over its other occurrences, the rest look at [CLS];
+    head 1 attends to itself only. The right scores are 1 and 0."""
+    same = _same_token(tokens)
+    perfect = same / same.sum(-1, keepdim=True).clamp(min=1)  # rows without a repeated word stay 0 ...
+    perfect[~same.any(-1), 0] = 1.0  # ... and put their weight on [CLS]
+    return torch.stack([perfect, torch.eye(len(tokens))]).expand(layers, 2, -1, -1).clone()
+
+
+def _check_same_word_shape(got, attn):
+    layers, heads, seq, _ = attn.shape
+    expected = (layers, heads)
+    if isinstance(got, torch.Tensor) and tuple(got.shape) != expected:
+        if tuple(got.shape[:2]) == expected:
+            raise Mistake(
+                f"the scores have shape {tuple(got.shape)}: one number per head is expected, {expected}. "
+                f"Average each query's weight on its other occurrences over the repeated queries (last axis)."
+            )
+        raise Mistake(
+            f"the scores have shape {tuple(got.shape)}, expected [layers, heads] = {expected}: keep the layer "
+            f"and head axes and reduce only the query and key axes (-2 and -1)."
+        )
+    expect_tensor(got, expected, what="scores [layers, heads]")
+
+
+@exercise(
+    "same_word_score",
+    solution=same_word_score,
+    hints=[
+        "For each query i whose word occurs elsewhere, add up its weights attn[..., i, j] on the *other* "
+        "positions j with the same token (j != i); then average over those queries only. [CLS], [SEP], [PAD] "
+        "and punctuation are not words.",
+        "Build a boolean matrix same[i, j] = (tokens[i] == tokens[j] and i != j and both are words), with "
+        "`is_punctuation` for punctuation. A query counts if its row of `same` has any True: `same.any(-1)`.",
+        "`(attn * same).sum(-1)` is [layers, heads, seq]: each query's weight on its other occurrences (a sum "
+        "over the keys, the last axis). Keep the counted queries with a boolean index on the last axis, then `.mean(-1)`.",
+    ],
+)
+def check_same_word_score(candidate):
+    generator = torch.Generator().manual_seed(66)
+    cases = [
+        (_random_attention((6, 12, len(PAIR_TOKENS), len(PAIR_TOKENS)), generator), PAIR_TOKENS, "random attention"),
+        (_random_attention((2, 3, 5, 5), generator), SHORT_TOKENS, "random attention, 5 tokens"),
+        (
+            _same_word_pattern(2, PAIR_TOKENS),
+            PAIR_TOKENS,
+            "head 0 puts all of each repeated word's weight on its other occurrences (score 1), head 1 attends "
+            "only to itself (score 0)",
+        ),
+    ]
+    for attn, tokens, context in cases:
+        given = list(tokens)
+        got = call(candidate, attn, given)
+        if given != tokens:
+            raise Mistake("your function changed the list of tokens it was given; leave the caller's list as it was.")
+        _check_same_word_shape(got, attn)
+        context = f"{context}; tokens {tokens}"
+        diagnose(
+            got,
+            same_word_score(attn, tokens),
+            _same_word_mistakes(attn, tokens),
+            what="scores [layers, heads]",
+            context=context,
+        )
