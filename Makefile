@@ -12,9 +12,22 @@ PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanit
 
 install: $(STAMP)
 
+# PYTHON builds .venv (3.11.5 to 3.13). TORCH_INDEX_URL picks the PyTorch build: empty = pip's
+# choice (Linux from PyPI: the CUDA build; this course's CI: the local CPU wheel). See README.
+PYTHON ?= python3
+TORCH_INDEX_URL ?=
+TORCH_PIN := $(shell grep -m1 '^torch==' requirements.txt)
+
 $(STAMP): requirements.txt
+	@$(PYTHON) course_utils/bootstrap.py python
+	@# a .venv left half-made by an interrupted install, or made by an unsuitable Python, is rebuilt
+	@$(PYTHON) course_utils/bootstrap.py venv $(VENV) || { echo "Rebuilding $(VENV) from scratch."; rm -rf $(VENV); }
 	rm -f $(VENV)/.installed-*
-	test -x $(PY) || python3 -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# PyTorch WITH its dependencies (a CUDA build needs its CUDA libraries), held to the pins
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)" -c requirements.txt \
+	  $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
+	@# everything else exactly as pinned, nothing pulled in beyond the list
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
 	# make `import course_utils` work from any folder, notebooks included
 	$(PY) -c "import pathlib, site; pathlib.Path(site.getsitepackages()[0], 'attention_course.pth').write_text(str(pathlib.Path.cwd()) + '\n')"

@@ -58,6 +58,41 @@ def execute(path, inject=False, timeout=300):
     return nb
 
 
+def execute_with_reruns(path, inject=False, timeout=300):
+    """Run a notebook in a fresh kernel, running every code cell twice in a row.
+
+    A learner re-runs cells all the time (Shift+Enter twice, or after fixing an
+    exercise), so each cell must survive a second run. Returns the notebook with the
+    first run's outputs and {cell index: the cell after its second run}.
+    """
+    import copy
+
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    if inject:
+        inject_solutions(nb)
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK_DIR)}}
+    )
+    second_runs = {}
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            again = copy.deepcopy(cell)
+            for run, target in (("first", cell), ("second", again)):
+                try:
+                    client.execute_cell(target, index)
+                except CellExecutionError as e:
+                    raise AssertionError(
+                        f"{Path(path).name} cell {index} fails on its {run} run (every cell before it ran twice):\n{e}"
+                    ) from None
+            second_runs[index] = again
+    return nb, second_runs
+
+
 def output_text(cell):
     parts = []
     for out in cell.get("outputs", []):

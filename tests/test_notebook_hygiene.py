@@ -88,3 +88,40 @@ def test_exercise_stubs_are_unsolved(nb_path):
         assert "NOT ATTEMPTED" in "".join(output_text(c) for c in nb.cells if c.cell_type == "code"), (
             f"{nb_path.name}: the stored check output should show the stub as not attempted"
         )
+
+
+CARD = re.compile(
+    r"\*\*Exercise card\*\* · difficulty: [★☆]{5} · importance: [★☆]{5} · about \d+(-\d+)? min · practises: \S"
+)
+
+
+def test_every_exercise_has_a_card(nb_path):
+    """Difficulty, importance, minutes and what it practises, just before the stub."""
+    nb = nbformat.read(nb_path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell in exercise_cells(nb):
+            before = nb.cells[i - 1]
+            assert before.cell_type == "markdown" and CARD.search(before.source), (
+                f"{nb_path.name}: exercise {cell.metadata.get('exercise_id')!r} needs an exercise card in the "
+                f"markdown cell just before it: {CARD.pattern!r}"
+            )
+
+
+def test_every_question_has_an_answer(nb_path):
+    """A self-learner can reveal an answer to each end-of-lesson question after trying."""
+    nb = nbformat.read(nb_path, as_version=4)
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    questions = markdown.split("### Questions", 1)
+    assert len(questions) == 2, f"{nb_path.name}: a lesson ends with a `### Questions` section"
+    numbered = re.findall(r"^(\d+)\. ", questions[1].split("<details>", 1)[0], re.MULTILINE)
+    assert numbered, f"{nb_path.name}: the questions are a numbered list"
+    answers = re.findall(r"<details>\s*<summary>\s*Answer (\d+)\s*</summary>", questions[1])
+    assert answers == numbered, f"{nb_path.name}: questions {numbered} but answers {answers}"
+
+
+def test_no_solution_shown_unasked(nb_path):
+    """A learner sees a solution only when they call show_solution themselves."""
+    nb = nbformat.read(nb_path, as_version=4)
+    for cell in code_cells(nb):
+        calls = [line for line in cell.source.splitlines() if "show_solution(" in line and "import" not in line]
+        assert not calls, f"{nb_path.name}: a code cell shows a solution unasked: {calls[0]!r}"
