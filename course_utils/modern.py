@@ -1,0 +1,352 @@
+"""Attention as 2026 language models use it (lesson 08).
+
+- ``repeat_kv`` and ``GroupedQueryAttention``: fewer key/value heads than query
+  heads (multi-query and grouped-query attention), to shrink the KV cache;
+- ``apply_rope``: rotary position embeddings (RoPE), in the half-split layout of
+  Hugging Face's LLaMA;
+- ``sliding_window_mask`` and ``sliding_window_attention``: each query sees only
+  the last ``window`` keys, so the cost grows with n x window instead of n^2;
+- ``kv_cache_bytes`` and ``mla_cache_bytes``: what the cache costs in memory;
+- mask and score functions for PyTorch's FlexAttention (``causal_mod`` ...).
+
+Mask convention as everywhere in the course: True/1 = "may attend".
+"""
+
+import torch
+import torch.nn as nn
+
+from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
+
+__all__ = [
+    "repeat_kv",
+    "rotate_half",
+    "rope_frequencies",
+    "apply_rope",
+    "grouped_query_attention",
+    "GroupedQueryAttention",
+    "sliding_window_mask",
+    "sliding_window_attention",
+    "receptive_field",
+    "kv_cache_bytes",
+    "mla_cache_bytes",
+    "causal_mod",
+    "sliding_window_mod",
+    "document_mod",
+    "prefix_lm_mod",
+    "alibi_slopes",
+    "alibi_score_mod",
+    "softcap_score_mod",
+]
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _tensor(name, x, min_dim, layout):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {layout}, got {type(x).__name__}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have shape {layout}, got {tuple(x.shape)}")
+
+
+# --------------------------------------------------------------------------- grouped-query attention
+
+
+def repeat_kv(x, n_rep):
+    """[B, H_kv, S, d] -> [B, H_kv * n_rep, S, d]: each key/value head serves n_rep query heads.
+
+    Query head j uses key/value head j // n_rep, so the copies of one head sit
+    next to each other (repeat_interleave, not repeat, which would tile them).
+    """
+    _tensor("x", x, 4, "[batch, kv_heads, seq_len, head_dim]")
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape [batch, kv_heads, seq_len, head_dim], got {tuple(x.shape)}")
+    _positive_int("n_rep", n_rep)
+    return x.repeat_interleave(n_rep, dim=1)
+
+
+def rotate_half(x):
+    """[..., d] -> [..., d]: (x1, x2) -> (-x2, x1) with x1, x2 the two halves of the features."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_frequencies(head_dim, base=10000.0):
+    """The head_dim / 2 rotation speeds theta_i = base^(-2i / head_dim), i = 0 .. head_dim/2 - 1."""
+    _positive_int("head_dim", head_dim)
+    if head_dim % 2:
+        raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
+    if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+
+
+def apply_rope(x, positions, base=10000.0):
+    """Rotary position embedding of x [..., S, d] at integer positions [S].
+
+    Feature i and feature i + d/2 form a pair (the "rotate_half" layout of
+    Hugging Face's LLaMA), rotated by the angle position * theta_i. The RoFormer
+    paper pairs neighbours (2i, 2i + 1) instead: the same rotation of a permuted
+    feature order, so a model trained in one layout needs its q/k weights permuted
+    to run in the other.
+    """
+    _tensor("x", x, 2, "[..., seq_len, head_dim]")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.is_floating_point():
+        got = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be a 1-D integer tensor [seq_len], got {got}")
+    if positions.shape[0] != x.shape[-2]:
+        raise ValueError(f"one position per token: x has {x.shape[-2]} tokens, positions has {positions.shape[0]}")
+    theta = rope_frequencies(x.shape[-1], base).to(x.device)
+    angles = positions.to(x.device, torch.float32)[:, None] * theta  # [S, d/2]
+    angles = torch.cat((angles, angles), dim=-1)  # pair i and i + d/2 share an angle
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return x * cos + rotate_half(x) * sin
+
+
+def grouped_query_attention(q, k, v, positions=None, mask=None, rope_base=10000.0):
+    """Attention of q [B, H, S, d] over k, v [B, H_kv, S, d], H a multiple of H_kv.
+
+    RoPE on q and k (not on v: values carry content, not position) when
+    rope_base is not None, at positions (default 0..S-1); then every group of
+    H / H_kv query heads shares one key/value head. Returns [B, H, S, d].
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _tensor(name, t, 4, "[batch, heads, seq_len, head_dim]")
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"q has {num_heads} heads, not a multiple of the {num_kv_heads} key/value heads")
+    if rope_base is not None:
+        if positions is None:
+            positions = torch.arange(q.shape[-2], device=q.device)
+        q, k = apply_rope(q, positions, rope_base), apply_rope(k, positions, rope_base)
+    n_rep = num_heads // num_kv_heads
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+    return scaled_dot_product_attention(q, k, v, mask)[0]
+
+
+class GroupedQueryAttention(nn.Module):
+    """Self-attention with num_kv_heads key/value heads shared by num_heads query heads.
+
+    num_kv_heads == num_heads is multi-head attention, 1 is multi-query attention.
+    The K and V projections are num_heads / num_kv_heads times smaller, and so
+    is the KV cache. ``bias`` applies to all four projections (LLaMA: no bias).
+    ``rope_base``: None for no positions, else RoPE with that base (LLaMA 2: 10000).
+    """
+
+    def __init__(self, d_model, num_heads, num_kv_heads, bias=False, rope_base=None):
+        super().__init__()
+        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+            _positive_int(name, value)
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}: "
+                f"each key/value head serves the same number of query heads"
+            )
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.head_dim = d_model // num_heads
+        if rope_base is not None:
+            rope_frequencies(self.head_dim, rope_base)  # fails now, not at the first forward
+        self.rope_base = rope_base
+        kv_dim = num_kv_heads * self.head_dim
+        self.query_linear = nn.Linear(d_model, d_model, bias=bias)
+        self.key_linear = nn.Linear(d_model, kv_dim, bias=bias)
+        self.value_linear = nn.Linear(d_model, kv_dim, bias=bias)
+        self.output_linear = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None, positions=None):
+        """x: [B, S, d_model] -> [B, S, d_model]; mask broadcasts to [B, heads, S, S]."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape [batch, seq_len, d_model={self.d_model}], got {got}")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # [B, S, S]: the same mask for every head
+        query = split_heads(self.query_linear(x), self.num_heads)
+        key = split_heads(self.key_linear(x), self.num_kv_heads)
+        value = split_heads(self.value_linear(x), self.num_kv_heads)
+        context = grouped_query_attention(query, key, value, positions, mask, self.rope_base)
+        return self.output_linear(combine_heads(context))
+
+
+# --------------------------------------------------------------------------- sliding-window attention
+
+
+def sliding_window_mask(seq_len, window, causal=True, device=None):
+    """[seq_len, seq_len] bool, True where query i may attend key j.
+
+    causal=True (Mistral's form): j <= i and i - j < window, i.e. the query and
+    the window - 1 keys before it. causal=False: |i - j| < window, the window - 1
+    keys on each side (2 * window - 1 keys in all, as in Longformer's local attention).
+    """
+    _positive_int("seq_len", seq_len)
+    _positive_int("window", window)
+    i = torch.arange(seq_len, device=device)[:, None]
+    j = torch.arange(seq_len, device=device)[None, :]
+    if causal:
+        return (j <= i) & (i - j < window)
+    return (i - j).abs() < window
+
+
+def sliding_window_attention(q, k, v, window, block_size=128):
+    """Causal sliding-window attention that never builds the n x n matrix.
+
+    Queries go in blocks; a block [s, e) needs only the keys [s - window + 1, e),
+    so every score matrix is [block_size, block_size + window - 1] and the work
+    grows like n x (window + block_size) instead of n^2. Equals
+    scaled_dot_product_attention(q, k, v, sliding_window_mask(n, window)).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _tensor(name, t, 2, "[..., seq_len, head_dim]")
+    _positive_int("window", window)
+    _positive_int("block_size", block_size)
+    n = q.shape[-2]
+    if k.shape[-2] != n or v.shape[-2] != n:
+        raise ValueError(
+            f"self-attention: q, k and v need the same length, got {q.shape[-2]}, {k.shape[-2]}, {v.shape[-2]}"
+        )
+    outputs = []
+    for start in range(0, n, block_size):
+        end = min(start + block_size, n)
+        first_key = max(0, start - window + 1)
+        # the rows start..end-1 and columns first_key..end-1 of the full mask
+        mask = sliding_window_mask(end, window, device=q.device)[start:, first_key:]
+        block = scaled_dot_product_attention(
+            q[..., start:end, :], k[..., first_key:end, :], v[..., first_key:end, :], mask
+        )
+        outputs.append(block[0])
+    return torch.cat(outputs, dim=-2)
+
+
+def receptive_field(num_layers, window, seq_len):
+    """How many positions the last token can draw on after num_layers sliding-window layers.
+
+    Computed by composing the masks (who can reach whom in one more layer), not by formula.
+    """
+    for name, value in (("num_layers", num_layers), ("window", window), ("seq_len", seq_len)):
+        _positive_int(name, value)
+    step = sliding_window_mask(seq_len, window).float()
+    reach = torch.eye(seq_len)
+    for _ in range(num_layers):
+        reach = ((reach @ step) > 0).float()
+    return int(reach[-1].sum())
+
+
+# --------------------------------------------------------------------------- memory of the KV cache
+
+
+def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
+    """Bytes of the KV cache: keys AND values, for every layer, KV head, position and sequence.
+
+    bytes_per_value: 2 for bfloat16/float16 (the usual), 4 for float32, 1 for 8-bit.
+    """
+    for name, value in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("seq_len", seq_len),
+        ("batch_size", batch_size),
+    ):
+        _positive_int(name, value)
+    if isinstance(bytes_per_value, bool) or not isinstance(bytes_per_value, (int, float)) or bytes_per_value <= 0:
+        raise ValueError(f"bytes_per_value must be a positive number, got {bytes_per_value!r}")
+    return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value
+
+
+def mla_cache_bytes(num_layers, kv_lora_rank, rope_head_dim, seq_len, batch_size=1, bytes_per_value=2):
+    """Bytes of multi-head latent attention's cache (DeepSeek-V2).
+
+    Per token and layer MLA caches one compressed latent of kv_lora_rank numbers
+    (keys and values of every head are reconstructed from it) and one shared
+    RoPE key of rope_head_dim numbers.
+    """
+    for name, value in (
+        ("num_layers", num_layers),
+        ("kv_lora_rank", kv_lora_rank),
+        ("rope_head_dim", rope_head_dim),
+        ("seq_len", seq_len),
+        ("batch_size", batch_size),
+    ):
+        _positive_int(name, value)
+    if isinstance(bytes_per_value, bool) or not isinstance(bytes_per_value, (int, float)) or bytes_per_value <= 0:
+        raise ValueError(f"bytes_per_value must be a positive number, got {bytes_per_value!r}")
+    return num_layers * (kv_lora_rank + rope_head_dim) * seq_len * batch_size * bytes_per_value
+
+
+# --------------------------------------------------------------------------- masks as functions (FlexAttention)
+# A mask_mod(b, h, q_idx, kv_idx) says whether query q_idx may attend key kv_idx;
+# a score_mod(score, b, h, q_idx, kv_idx) returns a changed score. FlexAttention calls
+# them on tensors (through vmap), so they use & | ~ and torch.where, never `and` or `if`.
+
+
+def causal_mod(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def sliding_window_mod(window):
+    _positive_int("window", window)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+
+    return mask_mod
+
+
+def document_mod(document_ids):
+    """Packed sequences: causal inside each document, nothing across documents.
+
+    document_ids: [S] integer tensor, the document each position belongs to.
+    """
+    if not isinstance(document_ids, torch.Tensor) or document_ids.dim() != 1 or document_ids.is_floating_point():
+        raise ValueError("document_ids must be a 1-D integer tensor, one document id per position")
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (document_ids[q_idx] == document_ids[kv_idx]) & (q_idx >= kv_idx)
+
+    return mask_mod
+
+
+def prefix_lm_mod(prefix_len):
+    """Prefix-LM: the first prefix_len tokens (the prompt) see each other; the rest is causal."""
+    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or prefix_len < 0:
+        raise ValueError(f"prefix_len must be a non-negative int, got {prefix_len!r}")
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx < prefix_len) | (q_idx >= kv_idx)
+
+    return mask_mod
+
+
+def alibi_slopes(num_heads):
+    """ALiBi's per-head slopes 2^(-8/H), 2^(-16/H), ..., 2^(-8) (Press et al., 2022; H a power of 2)."""
+    _positive_int("num_heads", num_heads)
+    if num_heads & (num_heads - 1):
+        raise ValueError(f"this form of the slopes needs a power-of-two number of heads, got {num_heads}")
+    return 2.0 ** (-8.0 * torch.arange(1, num_heads + 1) / num_heads)
+
+
+def alibi_score_mod(slopes):
+    """ALiBi: subtract slope_h * |q_idx - kv_idx| from each score; no position embeddings at all.
+
+    With a causal mask |q_idx - kv_idx| = q_idx - kv_idx, the paper's form.
+    """
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx).abs()
+
+    return score_mod
+
+
+def softcap_score_mod(cap):
+    """Soft-capping (Gemma 2): cap * tanh(score / cap) keeps every score inside (-cap, cap)."""
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0:
+        raise ValueError(f"cap must be a positive number, got {cap!r}")
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    return score_mod
