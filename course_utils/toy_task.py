@@ -11,6 +11,9 @@ which is exactly what attention does.
     history = train(model, task, held_out, steps=400)
     accuracy(model, *held_out)   # -> (token accuracy, sequence accuracy)
 
+``training_step`` is one step of the loop (forward, loss, zero_grad, backward,
+step); lesson 05 asks the learner to write it, and ``train(step=...)`` runs theirs.
+
 The held-out sequences never appear in training: ``train`` drops them from
 every batch, so the accuracy measures generalisation, not memory.
 """
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["ToyTask", "sequence_ids", "accuracy", "train", "attention_share", "attention_by_value"]
+__all__ = ["ToyTask", "sequence_ids", "accuracy", "training_step", "train", "attention_share", "attention_by_value"]
 
 _SOLVERS = {
     "sort": lambda x: x.sort(dim=-1).values,
@@ -99,6 +102,22 @@ def accuracy(model, inputs, targets, batch_size=1000):
     return right.float().mean().item(), right.all(dim=-1).float().mean().item()
 
 
+def training_step(model, optimizer, inputs, targets):
+    """One step of gradient descent on a batch; returns the batch's loss (before the update) as a float.
+
+    inputs, targets: [B, S] token ids; the model gives logits [B, S, V].
+    """
+    model.train()  # dropout (if any) on: the model may come from an evaluation in eval mode
+    logits = model(inputs)  # [B, S, V]: a score for every possible token at every position
+    # one classification per position: cross_entropy wants [N, V] scores and [N] targets,
+    # so every position of every sequence becomes one row (B * S rows)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    optimizer.zero_grad()  # backward() ADDS to .grad: clear the previous step's gradients first
+    loss.backward()  # d loss / d parameter, into every parameter's .grad
+    optimizer.step()  # move the parameters, using those gradients
+    return loss.item()  # a float: keeping the tensor would keep its whole graph alive
+
+
 def _learning_rate(step, steps, peak, warmup):
     # linear warm-up, then a cosine decay to zero: large steps early, fine ones at the end
     if step < warmup:
@@ -119,11 +138,13 @@ def train(
     eval_every=50,
     progress=True,
     single_thread=True,
+    step=training_step,
 ):
     """Train ``model`` on fresh random batches of ``task``; return the history.
 
     Returns a dict with ``loss`` (one value per step), ``eval_steps`` and the
     held-out ``token_accuracy`` / ``sequence_accuracy`` at those steps.
+    ``step``: the function that does one training step (``training_step``, or a learner's own).
     ``single_thread``: on a CPU, a model this small trains faster on one thread
     (no cost of coordinating threads) and the result does not depend on the core count.
     """
@@ -140,33 +161,32 @@ def train(
     try:
         model.train()
         bar = tqdm(range(steps), desc=f"training on {task.name}", disable=not progress, mininterval=0.5)
-        for step in bar:
+        for step_index in bar:
             inputs, targets = task.sample(batch_size, generator)
             keep = ~torch.isin(sequence_ids(inputs, task.vocab_size), held_out_ids)  # never train on held-out data
             if not keep.any():
                 # usually the same seed for training and held-out data: it draws the held-out sequences
                 # again, so every batch would be empty and its loss NaN
                 raise ValueError(
-                    f"every sequence of training batch {step} is held out: if train(seed={seed}) uses the seed "
+                    f"every sequence of training batch {step_index} is held out: if train(seed={seed}) uses the seed "
                     f"of task.held_out, it draws the held-out sequences again; use another seed for training "
                     f"(or hold out fewer of the task's {task.vocab_size}**{task.seq_len} sequences)"
                 )
             inputs, targets = inputs[keep].to(device), targets[keep].to(device)
-            logits = model(inputs)
-            # one classification per position: which digit belongs here?
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
             for group in optimizer.param_groups:
-                group["lr"] = _learning_rate(step, steps, lr, warmup)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            history["loss"].append(loss.item())
-            if (step + 1) % eval_every == 0 or step + 1 == steps:
+                group["lr"] = _learning_rate(step_index, steps, lr, warmup)
+            loss = step(model, optimizer, inputs, targets)
+            if not isinstance(loss, float):
+                raise TypeError(
+                    f"step(...) must return the loss as a Python float (loss.item()), got {type(loss).__name__}"
+                )
+            history["loss"].append(loss)
+            if (step_index + 1) % eval_every == 0 or step_index + 1 == steps:
                 token_acc, seq_acc = accuracy(model, *held_out)
-                history["eval_steps"].append(step + 1)
+                history["eval_steps"].append(step_index + 1)
                 history["token_accuracy"].append(token_acc)
                 history["sequence_accuracy"].append(seq_acc)
-                bar.set_postfix(loss=f"{loss.item():.4f}", held_out_seq_acc=f"{seq_acc:.3f}")
+                bar.set_postfix(loss=f"{loss:.4f}", held_out_seq_acc=f"{seq_acc:.3f}")
     finally:
         torch.set_num_threads(threads)
     model.eval()

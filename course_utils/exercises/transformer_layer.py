@@ -1,17 +1,28 @@
-"""Lesson 05's exercise: the forward pass of one encoder layer, from its sublayers.
+"""Lesson 05's exercises: the forward pass of one encoder layer, and one training step.
 
-The candidate is ``fn(layer, x, mask=None) -> Tensor`` for an ``EncoderLayer``:
-it must use ``layer.self_attention``, ``layer.norm1``, ``layer.feed_forward``,
+``encoder_layer_forward``: the candidate is ``fn(layer, x, mask=None) -> Tensor`` for an
+``EncoderLayer``: it must use ``layer.self_attention``, ``layer.norm1``, ``layer.feed_forward``,
 ``layer.norm2`` and ``layer.dropout`` in post-norm order, or in pre-norm order
 when ``layer.norm_first`` is True.
+
+``training_step``: the candidate is ``fn(model, optimizer, inputs, targets) -> float``: one
+step of gradient descent on a batch of the toy task (forward, cross-entropy at every position,
+zero_grad, backward, step), returning the loss as a float. The checker runs it on a tiny
+model whose parameters still hold gradients from an "earlier batch", so a forgotten
+zero_grad shows, and compares the parameters after the step and the returned loss
+with the reference ``course_utils.toy_task.training_step``.
 """
 
+import copy
+
 import torch
+import torch.nn.functional as F
 
 from course_utils.attention import padding_mask
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose
-from course_utils.transformer import EncoderLayer, encoder_layer_forward
+from course_utils.exercises.checking import Mistake, call, close, diagnose, generator
+from course_utils.toy_task import training_step
+from course_utils.transformer import EncoderLayer, TinyTransformer, encoder_layer_forward
 
 D_MODEL, NUM_HEADS, D_FF = 8, 2, 16
 
@@ -234,3 +245,211 @@ def check_encoder_layer_forward(candidate):
             _eval_case(candidate, norm_first, with_mask, seed=11 + 2 * norm_first + with_mask)
     for norm_first in (False, True):
         _train_case(candidate, norm_first, seed=21 + norm_first)
+
+
+# ----------------------------------------------------------------------------------------------
+# training_step
+
+# batch, positions and digits all differ, so a loss over the wrong axis cannot line up by chance
+BATCH, SEQ, VOCAB = 3, 5, 7
+# (Adam's first step is nearly sign(gradient): too sensitive to rounding for a comparison)
+_OPTIMIZERS = {
+    "SGD (lr=0.1)": lambda params: torch.optim.SGD(params, lr=0.1),
+    "SGD with momentum and weight decay": lambda params: torch.optim.SGD(
+        params, lr=0.05, momentum=0.9, weight_decay=0.01
+    ),
+}
+
+
+def _bench(seed):
+    """A tiny sorter, a batch, and gradients left over from an 'earlier batch' (one per parameter)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = TinyTransformer(VOCAB, d_model=8, num_heads=2, num_layers=1, max_len=SEQ)
+    g = generator(seed)
+    inputs = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    stale = [0.5 * torch.randn(p.shape, generator=g) for p in model.parameters()]
+    return model, inputs, inputs.sort(dim=-1).values, stale
+
+
+def _fresh(bench, make_optimizer):
+    """A copy of the bench's model in eval mode (as after an accuracy check), with stale gradients."""
+    model, _, _, stale = bench
+    model = copy.deepcopy(model).eval()
+    for p, g in zip(model.parameters(), stale, strict=True):
+        p.grad = g.clone()
+    return model, make_optimizer(model.parameters())
+
+
+def _flat(tensors):
+    return torch.cat([t.detach().flatten() for t in tensors])
+
+
+def _grads(model):
+    """The gradients the step left behind, or None if there are none (or all are zero)."""
+    grads = [p.grad for p in model.parameters()]
+    if any(g is None for g in grads) or all(not g.any() for g in grads):
+        return None
+    return _flat(grads)
+
+
+def _logits_loss(model, inputs, targets):
+    logits = model(inputs)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def _without_zero_grad(model, optimizer, inputs, targets):
+    loss = _logits_loss(model, inputs, targets)
+    loss.backward()  # adds to the earlier batch's gradients
+    optimizer.step()
+    return loss.item()
+
+
+def _loss_variants(model, inputs, targets, loss):
+    """(message, loss value) for the usual ways of getting the loss itself wrong."""
+    with torch.no_grad():
+        logits = model(inputs)
+        flat, flat_targets = logits.reshape(-1, VOCAB), targets.reshape(-1)
+        per_position = F.cross_entropy(flat, flat_targets, reduction="none")
+        return [
+            (
+                "your loss is the SUM over all positions of the batch (reduction='sum'), not the mean: "
+                "F.cross_entropy averages by default; keep that, so the step size does not grow with the batch.",
+                per_position.sum().item(),
+            ),
+            (
+                "your loss is summed over the positions of each sequence and averaged over the batch: "
+                "average over every position (F.cross_entropy's default on the [B*S, V] scores).",
+                per_position.reshape(BATCH, SEQ).sum(-1).mean().item(),
+            ),
+            (
+                "you applied softmax before F.cross_entropy: it takes the raw scores (logits) and applies "
+                "log_softmax itself, so a softmax in front squashes the scores twice. Pass the logits.",
+                F.cross_entropy(logits.softmax(-1).reshape(-1, VOCAB), flat_targets).item(),
+            ),
+            (
+                "you used F.nll_loss on the raw scores: nll_loss expects log-probabilities. Use F.cross_entropy "
+                "on the logits (it is log_softmax + nll_loss in one).",
+                F.nll_loss(flat, flat_targets).item(),
+            ),
+            (
+                "scores and targets are paired up wrongly: you flattened the logits after moving an axis "
+                "(e.g. logits.transpose(1, 2).reshape(-1, V)), so row n of the scores is not position n's. "
+                "Flatten [B, S, V] -> [B*S, V] with logits.reshape(-1, V) and the targets with targets.reshape(-1) "
+                "(or keep the shapes and pass logits.permute(0, 2, 1): cross_entropy wants the classes on axis 1).",
+                F.cross_entropy(logits.transpose(1, 2).reshape(-1, VOCAB), flat_targets).item(),
+            ),
+            (
+                "scores and targets are paired up wrongly: the targets were flattened in another order "
+                "(targets.T or targets.transpose(0, 1)) than the logits. Flatten both the same way: "
+                "logits.reshape(-1, V) and targets.reshape(-1).",
+                F.cross_entropy(flat, targets.T.reshape(-1)).item(),
+            ),
+            (
+                "you returned the loss of the model AFTER the update (a second forward pass); return the loss "
+                "of this step's forward pass, the one you called backward() on.",
+                loss,
+            ),
+        ]
+
+
+def _check_step(candidate, bench, optimizer_name):
+    make_optimizer = _OPTIMIZERS[optimizer_name]
+    _, inputs, targets, _ = bench
+    context = f"batch of {BATCH} sequences of {SEQ} digits 0..{VOCAB - 1}, optimizer {optimizer_name}"
+    model, optimizer = _fresh(bench, make_optimizer)
+    before = _flat(model.parameters())
+    try:
+        got = call(candidate, model, optimizer, inputs.clone(), targets.clone())
+    except Mistake as m:
+        if "modified by an inplace operation" in str(m):
+            raise Mistake(
+                "optimizer.step() came before loss.backward(): the step changed the parameters in place, and "
+                "backward() needs the values the forward pass used (hence PyTorch's 'modified by an inplace "
+                "operation' error). Order: optimizer.zero_grad(), loss.backward(), optimizer.step()."
+            ) from None
+        if "Expected target size" in str(m) or "expected target size" in str(m).lower():
+            raise Mistake(
+                "F.cross_entropy(logits, targets) with logits [B, S, V] reads axis 1 (the positions) as the "
+                "classes. Flatten to one row per position, F.cross_entropy(logits.reshape(-1, V), "
+                f"targets.reshape(-1)), or move the classes to axis 1 with logits.permute(0, 2, 1) ({context})."
+            ) from None
+        raise
+
+    reference, reference_optimizer = _fresh(bench, make_optimizer)
+    expected_loss = training_step(reference, reference_optimizer, inputs, targets)
+    expected = _flat(reference.parameters())
+    after = _flat(model.parameters())
+
+    if got is None:
+        raise Mistake("your function returned None: return the loss as a Python float, `return loss.item()`.")
+    if isinstance(got, torch.Tensor):
+        raise Mistake(
+            "return the loss as a Python float, `loss.item()`, not the tensor: a loss tensor keeps the whole "
+            "computation graph of the step alive, and a list of them (the loss history) holds every step's graph."
+        )
+    if not isinstance(got, float):
+        raise Mistake(f"return the loss as a Python float (`loss.item()`); you returned a {type(got).__name__}.")
+    if not model.training:
+        raise Mistake(
+            "the model is still in eval mode after your step: call model.train() first. The model may come "
+            "from an evaluation (model.eval() switches dropout off); training needs it back on."
+        )
+    if torch.equal(after, before):
+        if _grads(model) is None:
+            raise Mistake(
+                "the parameters did not move and no gradients are left: call loss.backward() to compute them, "
+                "and zero the old ones BEFORE backward (optimizer.zero_grad(); loss.backward(); optimizer.step()), "
+                f"not between backward and step ({context})."
+            )
+        raise Mistake(
+            "the parameters did not move although gradients were computed: call optimizer.step() AFTER "
+            f"loss.backward() (before it, there is nothing new to step with) ({context})."
+        )
+    if not close(after, expected):
+        wrong_model, wrong_optimizer = _fresh(bench, make_optimizer)
+        _without_zero_grad(wrong_model, wrong_optimizer, inputs, targets)
+        if close(after, _flat(wrong_model.parameters())):
+            raise Mistake(
+                "your step also used the gradients of the earlier batch: backward() ADDS to .grad, so call "
+                f"optimizer.zero_grad() before loss.backward() in every step, or the gradients accumulate ({context})."
+            )
+        _name_loss_mistake(got, bench, make_optimizer, model, context)  # a wrong loss gives wrong gradients too
+        diff = (after - expected).abs().max().item()
+        raise Mistake(
+            f"the parameters after your step differ from the reference's by up to {diff:.3g} ({context}): "
+            "one step is model.train(); logits = model(inputs); loss = cross-entropy over every position; "
+            "optimizer.zero_grad(); loss.backward(); optimizer.step()."
+        )
+    if abs(got - expected_loss) > 1e-5 * max(1.0, abs(expected_loss)):
+        _name_loss_mistake(got, bench, make_optimizer, model, context)
+        raise Mistake(f"the loss you returned is {got:.6g}, the reference's is {expected_loss:.6g} ({context}).")
+
+
+def _name_loss_mistake(got, bench, make_optimizer, stepped_model, context):
+    """Raise the named mistake if the returned loss is what a known wrong loss gives."""
+    _, inputs, targets, _ = bench
+    with torch.no_grad():
+        after_update = _logits_loss(stepped_model, inputs, targets).item()
+    start, _ = _fresh(bench, make_optimizer)
+    for message, value in _loss_variants(start, inputs, targets, after_update):
+        if abs(got - value) <= 1e-5 * max(1.0, abs(value)):
+            raise Mistake(f"{message} ({context})")
+
+
+@exercise(
+    "training_step",
+    solution=training_step,
+    hints=[
+        "Five lines: model.train(); logits = model(inputs); loss = ...; then the three optimizer/gradient "
+        "calls; return the loss as a float.",
+        "logits are [B, S, V] and targets [B, S]: F.cross_entropy wants [N, V] and [N], so "
+        "F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).",
+        "The order matters: optimizer.zero_grad() (backward ADDS to .grad), loss.backward(), optimizer.step(); "
+        "then `return loss.item()`.",
+    ],
+)
+def check_training_step(candidate):
+    for seed, optimizer_name in [(31, "SGD (lr=0.1)"), (32, "SGD with momentum and weight decay")]:
+        with torch.random.fork_rng(devices=[]):  # the learner's random stream stays as it was
+            _check_step(candidate, _bench(seed), optimizer_name)
