@@ -135,7 +135,7 @@ SDPA_MISTAKES = {
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.transpose(1, 2)),
         ab.ONLY_BATCHED,
     ),
-    "in place": (_in_place_sdpa, "changed its input"),
+    "in place": (_in_place_sdpa, "in place"),
     "-inf without NaN handling": (
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, nan_to_zero=False),
         ab.FULLY_MASKED_NAN,
@@ -218,6 +218,11 @@ def _no_keepdim_softmax(x, dim=-1):
     return e / e.sum(dim=dim)
 
 
+def _row_max_whole_sum_softmax(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum()
+
+
 def _in_place_softmax(x, dim=-1):
     x -= x.amax(dim=dim, keepdim=True)
     e = torch.exp(x)
@@ -232,14 +237,28 @@ SOFTMAX_MISTAKES = {
         lambda x, dim=-1: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
         ab.NORMALISED_OVER_ALL,
     ),
+    "row max, then the sum of the whole tensor": (_row_max_whole_sum_softmax, ab.ROW_MAX_WHOLE_SUM),
     "no keepdim": (_no_keepdim_softmax, ab.KEEPDIM),
+    "no keepdim on the sum only": (
+        lambda x, dim=-1: (lambda e: e / e.sum(dim=dim))(torch.exp(x - x.amax(dim=dim, keepdim=True))),
+        "the row sum lost its axis",
+    ),
     "max(dim) without .values": (
         lambda x, dim=-1: (lambda e: e / e.sum(dim=dim, keepdim=True))(torch.exp(x - x.max(dim=dim, keepdim=True))),
         ab.MAX_IS_A_PAIR,
     ),
-    "in place": (_in_place_softmax, "changed its input"),
+    "in place": (_in_place_softmax, "in place"),
     "float32 result": (lambda x, dim=-1: torch.softmax(x.float(), dim=dim), "keep the input's dtype"),
+    "int result": (lambda x, dim=-1: torch.softmax(x, dim=dim).long(), "keep the input's dtype"),
+    "result on another device": (lambda x, dim=-1: torch.softmax(x, dim=dim).to("meta"), ab.OTHER_DEVICE),
 }
+
+
+def test_softmax_messages_are_distinct():
+    phrases = [phrase for _, phrase in SOFTMAX_MISTAKES.values()]
+    for i, a in enumerate(phrases):
+        for b in phrases[i + 1 :]:
+            assert a == b or (a not in b and b not in a), (a, b)
 
 
 @pytest.mark.parametrize("name", SOFTMAX_MISTAKES)
@@ -317,9 +336,12 @@ SCORE_MISTAKES = {
     "diagonal only": (lambda q, k: (q * k).sum(-1), qkv.DIAGONAL_ONLY),
     "scaled": (lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, qkv.SCALED),
     "softmaxed": (lambda q, k: torch.softmax(q @ k.transpose(-2, -1), dim=-1), qkv.SOFTMAXED),
+    "queries transposed": (lambda q, k: q.transpose(-2, -1) @ k, qkv.QUERIES_TRANSPOSED),
+    "keys transposed and first": (lambda q, k: k.mT @ q, qkv.QUERIES_TRANSPOSED),
+    "keys first with .T (2-D habit)": (lambda q, k: k @ q.T, qkv.KEYS_FIRST),
     "k.T": (lambda q, k: q @ k.T, qkv.ONLY_UNBATCHED),
     "k.transpose(0, 1)": (lambda q, k: q @ k.transpose(0, 1), qkv.ONLY_UNBATCHED),
-    "in place": (lambda q, k: q.mul_(1.0).add_(1.0) @ k.transpose(-2, -1), "changed its input"),
+    "in place": (lambda q, k: q.mul_(1.0).add_(1.0) @ k.transpose(-2, -1), "in place"),
 }
 
 
@@ -342,3 +364,166 @@ def test_scores_mistake_is_named(name):
 )
 def test_scores_correct_alternatives_pass(candidate):
     assert_passes("attention_scores", candidate)
+
+
+def test_scores_first_case_is_not_square():
+    """On a square first case a product taken the wrong way round runs with the right shape and hides."""
+    _, q, k = qkv._cases()[0]
+    assert len({q.shape[-2], k.shape[-2], q.shape[-1]}) == 3
+
+
+def test_scores_transposed_products_are_named_with_the_case_where_they_fail():
+    for candidate in (lambda q, k: q.transpose(-2, -1) @ k, lambda q, k: q @ k):
+        message = check("attention_scores", candidate, quiet=True).message
+        assert "one sentence: queries [3, 4], keys [5, 4]" in message, message
+        assert "square inputs [4, 4]" in message, message
+
+
+def test_scores_sizes_vary_across_cases():
+    cases = qkv._cases()
+    batches = {q.shape[0] for _, q, _ in cases if q.dim() > 2}
+    assert len(batches) >= 2 and any(q.shape[-2] > k.shape[-2] for _, q, k in cases)
+    assert len({q.shape[-1] for _, q, _ in cases}) >= 3
+
+
+@pytest.mark.parametrize(
+    "convert, phrase",
+    [
+        (lambda t: t.long(), "dtype"),
+        (lambda t: t.double(), "float64"),
+        (lambda t: t.to("meta"), qkv.OTHER_DEVICE),
+    ],
+    ids=["int", "float64", "meta device"],
+)
+def test_scores_unusual_outputs_get_a_mistake_not_a_crash(convert, phrase):
+    assert_caught("attention_scores", lambda q, k: convert(q @ k.transpose(-2, -1)), phrase)
+
+
+def test_scores_non_contiguous_output_passes():
+    assert_passes("attention_scores", lambda q, k: (k @ q.transpose(-2, -1)).transpose(-2, -1))
+
+
+# --------------------------------------------------------------------------- mask mistakes that are not about batching
+
+BATCHING_ADVICE = (ab.ONLY_UNBATCHED, ab.ONLY_BATCHED, "k.T")
+
+
+def _where_with_the_mask(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = torch.where(mask, scores, float("-inf"))  # needs a bool condition; a 0/1 mask is not one
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+def _if_mask(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask:  # a tensor of many values has no single truth value
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+def _mask_inverted_in_place(q, k, v, mask=None):
+    if mask is not None:
+        mask.logical_not_()  # changes the caller's mask
+        return _sdpa(q, k, v, mask, mask_mode="inverted")
+    return _sdpa(q, k, v)
+
+
+def _mask_overwritten(q, k, v, mask=None):
+    if mask is not None:
+        mask[...] = mask == 0  # changes the caller's mask
+        return _sdpa(q, k, v, mask, mask_mode="inverted")
+    return _sdpa(q, k, v)
+
+
+@pytest.mark.parametrize(
+    "candidate, phrase",
+    [
+        (_where_with_the_mask, "where expected condition to be a boolean tensor"),
+        (_if_mask, "Boolean value of Tensor with more than one value is ambiguous"),
+        (_mask_inverted_in_place, "`mask` in place"),
+        (_mask_overwritten, "`mask` in place"),
+    ],
+    ids=["torch.where with a 0/1 mask", "if mask:", "mask.logical_not_()", "mask[...] ="],
+)
+def test_sdpa_mask_mistakes_get_no_batching_advice(candidate, phrase):
+    result = check("scaled_dot_product_attention", candidate, quiet=True)
+    assert not result.passed and phrase in result.message, result.message
+    for advice in BATCHING_ADVICE:
+        assert advice not in result.message, f"{advice!r} should not be in:\n{result.message}"
+
+
+def test_sdpa_where_with_a_bool_mask_and_zeroed_rows_passes():
+    def where_bool(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = torch.where(mask.bool(), scores, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights.masked_fill((mask == 0).all(dim=-1, keepdim=True), 0.0)
+        return weights @ v, weights
+
+    assert_passes("scaled_dot_product_attention", where_bool)
+
+
+# --------------------------------------------------------------------------- fully masked rows: hints and message agree with lesson 02
+
+
+def _as_hint_3_says(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        no_key = (mask == 0).all(dim=-1, keepdim=True)
+        weights = weights.masked_fill(no_key, 0.0)
+    return weights @ v, weights
+
+
+def test_sdpa_hints_zero_the_rows_with_no_allowed_key_and_that_passes():
+    from course_utils.exercises import _lookup
+
+    hints = " ".join(_lookup("scaled_dot_product_attention").hints)
+    assert "nan_to_num" not in hints  # lesson 02 warns: it also hides NaN from broken inputs
+    assert "(mask == 0).all(dim=-1, keepdim=True)" in hints and "masked_fill(no_key, 0.0)" in hints
+    assert_passes("scaled_dot_product_attention", _as_hint_3_says)
+
+
+def test_sdpa_nan_message_says_what_is_required_and_why():
+    message = check("scaled_dot_product_attention", SDPA_MISTAKES["-inf without NaN handling"][0], quiet=True).message
+    for phrase in ("zero weights and a zero output", "spreads to every later layer", "masked_fill(no_key, 0.0)"):
+        assert phrase in message, message
+
+
+def test_sdpa_cases_vary_every_size():
+    cases = ab._attention_cases()
+    batches = {q.shape[0] for _, q, *_ in cases if q.dim() >= 3}
+    heads = {q.shape[1] for _, q, *_ in cases if q.dim() == 4}
+    masks = {tuple(m.shape) for *_, m in cases if m is not None}
+    assert len(batches) >= 3 and len(heads) >= 2 and len(masks) >= 4
+    assert any(q.dim() == 2 and m is not None for _, q, _, _, m in cases)  # a mask mistake shows unbatched too
+    for _, q, k, v, _ in cases:
+        assert len({q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]}) == 4 or q.shape[-2] == k.shape[-2]
+
+
+@pytest.mark.parametrize(
+    "convert, phrase",
+    [(lambda t: t.long(), "dtype"), (lambda t: t.double(), "float64"), (lambda t: t.to("meta"), ab.OTHER_DEVICE)],
+    ids=["int", "float64", "meta device"],
+)
+def test_sdpa_unusual_outputs_get_a_mistake_not_a_crash(convert, phrase):
+    def odd(q, k, v, mask=None):
+        output, weights = _as_hint_3_says(q, k, v, mask)
+        return convert(output), convert(weights)
+
+    assert_caught("scaled_dot_product_attention", odd, phrase)
+
+
+def test_sdpa_non_contiguous_outputs_pass():
+    def transposed_twice(q, k, v, mask=None):
+        output, weights = _as_hint_3_says(q, k, v, mask)
+        return output.mT.contiguous().mT, weights.mT.contiguous().mT
+
+    assert_passes("scaled_dot_product_attention", transposed_twice)

@@ -17,7 +17,7 @@ import torch
 
 from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, close, describe, expect_tensor, generator
+from course_utils.exercises.checking import Mistake, NotAttempted, call, close, describe, expect_tensor, generator
 from course_utils.softmax import stable_softmax
 
 # Distinctive phrases, one per mistake (the tests look for them).
@@ -43,6 +43,7 @@ FULLY_MASKED_NAN = "a fully masked query row gave NaN"
 DIM_IGNORED = "you ignored the dim argument"
 GLOBAL_MAX = "you subtracted the maximum of the whole tensor"
 NORMALISED_OVER_ALL = "you divided by the sum over the whole tensor"
+ROW_MAX_WHOLE_SUM = "each row's maximum is right, but the sum runs over the whole tensor"
 KEEPDIM = "keepdim=True"
 MAX_IS_A_PAIR = "x.max(dim=...) gives values and indices"
 CAUSAL_TRANSPOSED = "your mask is transposed"
@@ -50,11 +51,20 @@ CAUSAL_NO_DIAGONAL = "the diagonal is missing"
 CAUSAL_INVERTED = "your mask marks the forbidden positions"
 CAUSAL_ADDITIVE = "an additive float mask"
 CAUSAL_VALUES = "a mask holds only True/False or 1/0"
+OTHER_DEVICE = "is on another device"
 
 _UNBATCHED_ADVICE = (
     "`k.T` / `k.t()` only transpose 2-D tensors; `k.transpose(-2, -1)` swaps the last two axes "
     "whatever batch and head axes come first. Likewise use `dim=-1` rather than `dim=1`."
 )
+
+
+def _expect_device(got, device, what):
+    if got.device != device:
+        raise Mistake(
+            f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({device}). Make new tensors on the "
+            f"inputs' device (`device=x.device`, `torch.zeros_like(...)`) and leave out .to(...) / .cuda()."
+        )
 
 
 # --------------------------------------------------------------------------- stable_softmax
@@ -113,22 +123,29 @@ def _softmax_mistakes(x, dim):
                     torch.softmax(x, dim=other),
                 )
             )
-    wrongs.append(
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))  # the right numerator
+    wrongs += [
         (
             f"{NORMALISED_OVER_ALL}; each slice along `dim` must sum to 1 on its own: exp.sum(dim=dim, keepdim=True).",
             torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
-        )
-    )
+        ),
+        (
+            f"{ROW_MAX_WHOLE_SUM} (e.sum() without dim), so all the rows together sum to 1. Each row is its own "
+            f"softmax: divide by e.sum(dim=dim, keepdim=True).",
+            e / e.sum(),
+        ),
+    ]
     if x.dim() == 2 and x.shape[0] == x.shape[1]:
-        m = x.amax(dim=dim)  # without keepdim: broadcasts along the wrong axis of a square matrix
-        e = torch.exp(x - m)
-        wrongs.append(
+        # without keepdim a row's max or sum broadcasts along the wrong axis of a square matrix
+        m = x.amax(dim=dim)
+        advice = f"use amax(dim=dim, {KEEPDIM}) and sum(dim=dim, {KEEPDIM}), so they broadcast back over their own row"
+        wrongs += [
             (
-                f"the row maximum lost its axis: use amax(dim=dim, {KEEPDIM}) (and sum(..., {KEEPDIM})) "
-                f"so it broadcasts back over its own row, not across rows.",
-                e / e.sum(dim=dim),
-            )
-        )
+                f"the row maximum lost its axis: {advice}, not across rows.",
+                torch.exp(x - m) / torch.exp(x - m).sum(dim=dim),
+            ),
+            (f"the row sum lost its axis: {advice}, not across rows.", e / e.sum(dim=dim)),
+        ]
     return wrongs
 
 
@@ -161,6 +178,7 @@ def check_stable_softmax(candidate):
         expect_tensor(got, expected.shape, what=f"result for {description}")
         if got.dtype != x.dtype:
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
+        _expect_device(got, x.device, f"result for {description}")
         # float32 has ~3 decimal digits left after 10000: x - logsumexp(x) is then only good to ~1e-3
         atol = 1e-3 if x.abs().nan_to_num(0, 0, 0).max() > 100 else 1e-5
         if close(got, expected, atol=atol):
@@ -187,7 +205,8 @@ def check_stable_softmax(candidate):
 
 
 def _attention_cases():
-    """(description, q, k, v, mask). d_k, d_v, L_q and L_k all differ, so each wrong scale is recognisable."""
+    """(description, q, k, v, mask). d_k, d_v, L_q and L_k all differ, so each wrong scale is recognisable;
+    batch sizes, head counts and mask shapes change from case to case, so no size can be hard-coded."""
     g = generator(3)
 
     def r(*shape, scale=1.0):
@@ -196,9 +215,11 @@ def _attention_cases():
     lengths = torch.tensor([4, 6])  # two sentences of a batch; the first has 2 padding positions
     pad = torch.arange(6)[None, :] < lengths[:, None]  # [2, 6], True = real token
     window = torch.tensor([[1, 1, 0, 1, 0, 1], [0, 1, 1, 1, 1, 0], [1, 0, 0, 1, 1, 1]])  # [3, 6], every row mixed
+    scattered = torch.tensor([[1, 0, 1, 1, 0, 0, 1], [0, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0]] * 2)[:5].bool()
     return [
         ("unbatched: q [4, 8], k [6, 8], v [6, 5]", r(4, 8), r(6, 8), r(6, 5), None),
-        ("batched: q [2, 3, 16], k [2, 5, 16], v [2, 5, 7]", r(2, 3, 16), r(2, 5, 16), r(2, 5, 7), None),
+        ("unbatched with a bool mask [5, 7]: q [5, 6], k [7, 6], v [7, 3]", r(5, 6), r(7, 6), r(7, 3), scattered),
+        ("batched: q [3, 2, 16], k [3, 5, 16], v [3, 5, 7]", r(3, 2, 16), r(3, 5, 16), r(3, 5, 7), None),
         (
             "heads: q [2, 4, 3, 32], k [2, 4, 6, 32], v [2, 4, 6, 5]",
             r(2, 4, 3, 32),
@@ -207,10 +228,10 @@ def _attention_cases():
             None,
         ),
         (
-            "padding mask [2, 1, 1, 6] (bool) on heads q [2, 2, 3, 8]",
-            r(2, 2, 3, 8),
-            r(2, 2, 6, 8),
-            r(2, 2, 6, 5),
+            "padding mask [2, 1, 1, 6] (bool) on 3 heads: q [2, 3, 3, 8]",
+            r(2, 3, 3, 8),
+            r(2, 3, 6, 8),
+            r(2, 3, 6, 5),
             pad[:, None, None, :],
         ),
         (
@@ -227,7 +248,7 @@ def _attention_cases():
             r(2, 5, 3),
             causal_mask(5),
         ),
-        ("0/1 integer mask [3, 6] broadcast over a batch q [2, 3, 8]", r(2, 3, 8), r(2, 6, 8), r(2, 6, 5), window),
+        ("0/1 integer mask [3, 6] broadcast over a batch q [4, 3, 8]", r(4, 3, 8), r(4, 6, 8), r(4, 6, 5), window),
         (
             "large scores (|q . k| ~ 1000): q, k [2, 3, 16] times 30",
             r(2, 3, 16, scale=30.0),
@@ -355,7 +376,36 @@ def _attention_mistakes(q, k, v, mask):
     return out
 
 
-def _call_attention(candidate, description, q, k, v, mask, unbatched_ok):
+def _first_sentence(q, k, v, mask):
+    """The first sentence (and head) of a batched case as 2-D tensors, its mask cut to [L_q, L_k]."""
+    first = (0,) * (q.dim() - 2)
+    if mask is not None:
+        scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+        mask = torch.broadcast_to(mask, scores_shape)[first].clone()
+    return q[first].clone(), k[first].clone(), v[first].clone(), mask
+
+
+def _right_on_one_sentence(candidate, q, k, v, mask):
+    """True if the candidate gets the first sentence of a batched case right when given it on its own.
+
+    Only then is a failure on the batch a batching problem (k.T, dim=1, ...); a mistake that breaks
+    one sentence too (`if mask:`, torch.where with a 0/1 mask, ...) must not get batching advice."""
+    q1, k1, v1, mask1 = _first_sentence(q, k, v, mask)
+    try:
+        got = call(candidate, q1, k1, v1) if mask1 is None else call(candidate, q1, k1, v1, mask1)
+    except (Mistake, NotAttempted):
+        return False
+    expected = scaled_dot_product_attention(q1, k1, v1, mask1)
+    return (
+        isinstance(got, (tuple, list))
+        and len(got) == 2
+        and all(isinstance(t, torch.Tensor) and t.device == q.device for t in got)
+        and close(got[0], expected[0])
+        and close(got[1], expected[1])
+    )
+
+
+def _call_attention(candidate, description, q, k, v, mask):
     args = (q, k, v) if mask is None else (q, k, v, mask)
     try:
         return call(candidate, *args)
@@ -366,13 +416,13 @@ def _call_attention(candidate, description, q, k, v, mask, unbatched_ok):
                 f"{MASK_NOT_BOOL} ({description}): `~mask` or `masked_fill(mask, ...)` only work for bool masks. "
                 f"`mask == 0` is True where attending is not allowed, for bool and 0/1 masks alike.\n{text}"
             ) from None
-        if q.dim() > 2 and unbatched_ok:
+        if q.dim() > 2 and _right_on_one_sentence(candidate, q, k, v, mask):
             raise Mistake(f"your function {ONLY_UNBATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
         if q.dim() == 2 and "Dimension out of range" in text:
             raise Mistake(f"{ONLY_BATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
         if mask is not None:
             raise Mistake(f"with a mask ({description}): {text}") from None
-        raise
+        raise Mistake(f"{text}\n(case: {description})") from None
 
 
 def _unpack(got, expected_out, expected_w, description):
@@ -389,8 +439,9 @@ def _unpack(got, expected_out, expected_w, description):
         and weights.shape == expected_out.shape
     ):
         raise Mistake(f"{WRONG_ORDER}: return (output, weights), output [..., L_q, d_v] first. ({description})")
-    expect_tensor(out, expected_out.shape, dtype=expected_out.dtype, what=f"output for {description}")
-    expect_tensor(weights, expected_w.shape, dtype=expected_w.dtype, what=f"weights for {description}")
+    for name, got_t, expected_t in (("output", out, expected_out), ("weights", weights, expected_w)):
+        expect_tensor(got_t, expected_t.shape, dtype=expected_t.dtype, what=f"{name} for {description}")
+        _expect_device(got_t, expected_t.device, f"{name} for {description}")
     return out, weights
 
 
@@ -402,19 +453,18 @@ def _unpack(got, expected_out, expected_w, description):
         "Return (output, weights).",
         "Use `k.transpose(-2, -1)` so batches and heads work, `d_k = q.shape[-1]`, and "
         "`scores.masked_fill(mask == 0, float('-inf'))` before `torch.softmax(scores, dim=-1)`.",
-        "A query row with no allowed key is all -inf and softmax gives NaN: replace NaN by 0 with "
-        "`weights.nan_to_num(0.0)` (or fill with -1e9, which gives uniform weights there).",
+        "A query row with no allowed key is all -inf, and softmax gives 0/0 = NaN there. Such a row must come out "
+        "as zero weights and a zero output: after the softmax, `no_key = (mask == 0).all(dim=-1, keepdim=True)`, "
+        "`weights = weights.masked_fill(no_key, 0.0)`; then `weights @ v` is zero there too.",
     ],
 )
 def check_scaled_dot_product_attention(candidate):
-    unbatched_ok = False
     for description, q, k, v, mask in _attention_cases():
         expected_out, expected_w = scaled_dot_product_attention(q, k, v, mask)
-        got = _call_attention(candidate, description, q, k, v, mask, unbatched_ok)
+        got = _call_attention(candidate, description, q, k, v, mask)
         out, weights = _unpack(got, expected_out, expected_w, description)
         weights_ok = close(weights, expected_w)
         if weights_ok and close(out, expected_out):
-            unbatched_ok = unbatched_ok or q.dim() == 2
             continue
         if weights_ok:
             raise Mistake(
@@ -431,7 +481,7 @@ def check_scaled_dot_product_attention(candidate):
         for message, wrong, rows in _attention_mistakes(q, k, v, mask):
             if _close_on_rows(weights, wrong, rows):
                 raise Mistake(f"{message}\n(case: {description})")
-        if q.dim() > 2 and unbatched_ok:
+        if q.dim() > 2 and _right_on_one_sentence(candidate, q, k, v, mask):
             raise Mistake(
                 f"your function {ONLY_UNBATCHED} ({description}): the weights are wrong. "
                 f"{_UNBATCHED_ADVICE}\nexpected: {describe(expected_w)}\ngot:      {describe(weights)}"
@@ -454,15 +504,20 @@ def _check_fully_masked_rows(candidate):
     description = "mask [2, 3, 5] where query 1 of sentence 0 may attend to no key"
     expected_out, expected_w = scaled_dot_product_attention(q, k, v, mask)
     out, weights = _unpack(
-        _call_attention(candidate, description, q, k, v, mask, True), expected_out, expected_w, description
+        _call_attention(candidate, description, q, k, v, mask), expected_out, expected_w, description
     )
     empty = torch.zeros(2, 3, dtype=torch.bool)
     empty[0, 1] = True
     if torch.isnan(weights[empty]).any() or torch.isnan(out[empty]).any():
         raise Mistake(
-            f"{FULLY_MASKED_NAN} ({description}): with -inf every score of that row is -inf and softmax computes "
-            f"0/0. One NaN row spreads to every later layer. Make that row zeros (the course's choice and "
-            f"PyTorch's; `weights.nan_to_num(0.0)` is the shortest way) or fill with -1e9 (uniform weights there)."
+            f"{FULLY_MASKED_NAN} ({description}). Every score of that row is -inf, and softmax computes 0/0 = NaN "
+            f"there. Required: zero weights and a zero output for such a row, because one NaN row spreads to every "
+            f"later layer (lesson 02, fully masked rows). How: after the softmax, zero the weights of the rows "
+            f"that have no allowed key, `no_key = (mask == 0).all(dim=-1, keepdim=True)`, "
+            f"`weights = weights.masked_fill(no_key, 0.0)`; `weights @ v` is then zero there too. "
+            f"(Not `weights.nan_to_num(0.0)`: it would also hide a NaN that comes from broken inputs. Filling with "
+            f"-1e9 instead of -inf, as seed 001 does, avoids the NaN too: such a row then gets uniform weights, "
+            f"which the checker also accepts.)"
         )
     if not (close(weights[~empty], expected_w[~empty]) and close(out[~empty], expected_out[~empty])):
         raise Mistake(

@@ -3,7 +3,7 @@
 import torch
 
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, describe, expect_tensor
+from course_utils.exercises.checking import Mistake, NotAttempted, call, close, describe, expect_tensor, generator
 
 
 def attention_scores(queries, keys):
@@ -17,66 +17,132 @@ def attention_scores(queries, keys):
 
 MISSING_TRANSPOSE = "you multiplied queries @ keys without transposing the keys"
 KEYS_FIRST = "you computed keys @ queries^T: that is the transposed score matrix"
+QUERIES_TRANSPOSED = "you transposed the queries instead of the keys"
 ELEMENTWISE = "you multiplied elementwise (queries * keys) and did not sum over the features"
 DIAGONAL_ONLY = "you paired each query only with the key at the same position"
 SCALED = "you scaled the scores"
 SOFTMAXED = "you applied softmax"
 ONLY_UNBATCHED = "works on one sentence (2-D) but not on a batch"
+OTHER_DEVICE = "your scores are on another device"
+
+_RIGHT_WAY = "queries @ keys.transpose(-2, -1)"
 
 
 def _cases():
-    g = torch.Generator().manual_seed(1)
+    g = generator(1)
 
     def r(*shape):
         return torch.randn(*shape, generator=g)
 
     return [
-        # (description, queries, keys). Square first: a missing transpose or an elementwise product
-        # still runs there and can be named by its value; then L_q != L_k != d, then batches and heads.
-        ("self-attention: queries and keys [4, 4]", r(4, 4), r(4, 4)),
+        # (description, queries, keys). L_q, L_k and d all differ, so a product taken the wrong way round
+        # either does not run or has a shape of its own; then every batch and head size changes.
         ("one sentence: queries [3, 4], keys [5, 4]", r(3, 4), r(5, 4)),
-        ("a batch: queries [2, 3, 6], keys [2, 5, 6]", r(2, 3, 6), r(2, 5, 6)),
-        ("heads: queries [2, 3, 4, 8], keys [2, 3, 6, 8]", r(2, 3, 4, 8), r(2, 3, 6, 8)),
+        ("self-attention: queries and keys [6, 4]", r(6, 4), r(6, 4)),
+        ("a batch: queries [3, 2, 6], keys [3, 5, 6]", r(3, 2, 6), r(3, 5, 6)),
+        ("heads: queries [2, 4, 3, 8], keys [2, 4, 7, 8]", r(2, 4, 3, 8), r(2, 4, 7, 8)),
+        ("a batch of one, more queries than keys: queries [1, 5, 3], keys [1, 2, 3]", r(1, 5, 3), r(1, 2, 3)),
     ]
 
 
-def _wrong_outputs(q, k):
-    """(message, what that mistake returns) for the mistakes we can recognise by value."""
+def _mistakes(q, k):
+    """(message, what that mistake returns) for every known mistake that runs on these shapes."""
     d = q.shape[-1]
-    scores = attention_scores(q, k)
-    wrongs = [
-        (SCALED + " by sqrt(d): that is lesson 02's step 2; here return the raw dot products q . k.", scores / d**0.5),
+    qt, kt = q.transpose(-2, -1), k.transpose(-2, -1)
+    every = [
         (
-            SOFTMAXED + ": here return the raw scores (any real numbers), not weights that sum to 1.",
-            torch.softmax(scores, dim=-1),
+            f"{SCALED} by sqrt(d): that is lesson 02's step 2; here return the raw dot products q . k.",
+            lambda: q @ kt / d**0.5,
         ),
         (
-            KEYS_FIRST + " (rows = keys). Put the queries first: row i must be query i, column j key j.",
-            scores.transpose(-2, -1),
+            f"{SOFTMAXED}: here return the raw scores (any real numbers), not weights that sum to 1.",
+            lambda: torch.softmax(q @ kt, dim=-1),
+        ),
+        (
+            f"{KEYS_FIRST} ([L_k, L_q], rows = keys). Put the queries first: row i must be query i, column j "
+            f"key j: {_RIGHT_WAY}.",
+            lambda: k @ qt,
+        ),
+        (
+            f"{QUERIES_TRANSPOSED} (queries^T @ keys): that sums over the positions, not the features, and gives a "
+            f"[d, d] matrix. Each score sums over the d features of one query and one key: {_RIGHT_WAY}.",
+            lambda: qt @ k,
+        ),
+        (
+            f"{QUERIES_TRANSPOSED} and put the keys first (keys^T @ queries): that sums over the positions, not the "
+            f"features, and gives a [d, d] matrix. Each score sums over the d features of one query and one key: "
+            f"{_RIGHT_WAY}.",
+            lambda: kt @ q,
+        ),
+        (
+            f"{MISSING_TRANSPOSE}: that pairs query rows with key columns. Transpose the keys to [d, L_k]: "
+            f"{_RIGHT_WAY}.",
+            lambda: q @ k,
+        ),
+        (
+            f"{ELEMENTWISE}: q * k gives one product per feature; a dot product sums them, and every query "
+            f"meets every key: {_RIGHT_WAY}.",
+            lambda: q * k,
+        ),
+        (
+            f"{DIAGONAL_ONLY} ((q * k).sum(-1)). Every query must meet every key: the result is an [L_q, L_k] "
+            f"matrix, {_RIGHT_WAY}.",
+            lambda: (q * k).sum(-1),
         ),
     ]
-    if q.shape[-2] == k.shape[-2]:
-        wrongs += [
-            (
-                ELEMENTWISE + ": q * k gives one product per feature; a dot product sums them, and "
-                "every query meets every key: queries @ keys.transpose(-2, -1).",
-                q * k,
-            ),
-            (
-                DIAGONAL_ONLY + " ((q * k).sum(-1)). Every query must meet every key: the result is an "
-                "[L_q, L_k] matrix, queries @ keys.transpose(-2, -1).",
-                (q * k).sum(-1),
-            ),
-        ]
-    if q.shape[-2] == k.shape[-2] == d:
-        wrongs.append(
-            (
-                MISSING_TRANSPOSE + ". With square inputs this runs but pairs query rows with key "
-                "columns; transpose the keys: queries @ keys.transpose(-2, -1).",
-                q @ k,
-            )
+    runs = []
+    for message, compute in every:
+        try:
+            runs.append((message, compute()))
+        except RuntimeError:  # this mistake does not even run on these shapes
+            pass
+    return runs
+
+
+def _same(got, expected):
+    """``got`` is a tensor with ``expected``'s values (any dtype; another device is never the same)."""
+    return isinstance(got, torch.Tensor) and got.device == expected.device and close(got, expected)
+
+
+def _named(got, q, k):
+    """The message of the known mistake whose result ``got`` matches, else None."""
+    return next((message for message, wrong in _mistakes(q, k) if _same(got, wrong)), None)
+
+
+def _name_on_square_inputs(candidate):
+    """Run the candidate on square inputs (L_q = L_k = d), where every wrong product runs, and name it."""
+    g = generator(11)
+    q, k = torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
+    try:
+        got = call(candidate, q, k)
+    except (Mistake, NotAttempted):
+        return None
+    return _named(got, q, k)
+
+
+def _right_on_one_sentence(candidate, q, k):
+    """True if the candidate gets the first sentence of a batched case right on its own, as 2-D tensors."""
+    first = (0,) * (q.dim() - 2)
+    try:
+        return _same(call(candidate, q[first].clone(), k[first].clone()), attention_scores(q[first], k[first]))
+    except (Mistake, NotAttempted):
+        return False
+
+
+def _explain_failure(candidate, description, q, k, detail):
+    """Name why the candidate failed on a case (it raised, or returned something we do not recognise)."""
+    if q.dim() > 2 and _right_on_one_sentence(candidate, q, k):
+        raise Mistake(
+            f"your function {ONLY_UNBATCHED} ({description}). `keys.T` / `keys.t()` are for 2-D tensors; "
+            f"`keys.transpose(-2, -1)` swaps the last two axes whatever comes before.\n{detail}"
         )
-    return wrongs
+    message = _name_on_square_inputs(candidate)
+    if message is not None:
+        raise Mistake(
+            f"{message}\n(case: {description}, where your function gave: {detail.splitlines()[0]} "
+            f"On square inputs [4, 4] it runs, and gives exactly this mistake's result.)"
+        )
+    raise Mistake(f"{detail}\n(case: {description})")
 
 
 @exercise(
@@ -89,38 +155,29 @@ def _wrong_outputs(q, k):
     ],
 )
 def check_attention_scores(candidate):
-    one_sentence_ok = False
     for description, q, k in _cases():
         expected = attention_scores(q, k)
         try:
             got = call(candidate, q, k)
         except Mistake as m:
-            text = str(m)
-            if q.dim() > 2 and one_sentence_ok:
-                raise Mistake(
-                    f"your function {ONLY_UNBATCHED} ({description}). `keys.T` / `keys.t()` are for 2-D "
-                    f"tensors; `keys.transpose(-2, -1)` swaps the last two axes whatever comes before.\n{text}"
-                ) from None
-            if "cannot be multiplied" in text or "Expected size for first two dimensions" in text:
-                raise Mistake(
-                    f"{MISSING_TRANSPOSE} ({description}): [L_q, d] @ [L_k, d] does not line up. "
-                    f"Transpose the keys to [d, L_k]: queries @ keys.transpose(-2, -1).\n{text}"
-                ) from None
-            raise
-        for message, wrong in _wrong_outputs(q, k):
-            if isinstance(got, torch.Tensor) and got.shape == wrong.shape and torch.allclose(got, wrong, atol=1e-5):
-                if not (got.shape == expected.shape and torch.allclose(got, expected, atol=1e-5)):
-                    raise Mistake(f"{message}\n(case: {description})")
-        expect_tensor(got, expected.shape, what=f"score matrix for {description}")
-        if not torch.allclose(got, expected, atol=1e-5, rtol=1e-4):
-            if q.dim() > 2 and one_sentence_ok:
-                raise Mistake(
-                    f"your function {ONLY_UNBATCHED} ({description}): the batch/head axes must be left alone; "
-                    f"only the last two axes of the keys are swapped: keys.transpose(-2, -1).\n"
-                    f"expected: {describe(expected)}\ngot:      {describe(got)}"
-                )
+            if "in place" in str(m):  # the framework already says exactly what happened
+                raise
+            _explain_failure(candidate, description, q, k, str(m))
+        expect_tensor(got, what=f"score matrix for {description}")
+        if got.device != q.device:
             raise Mistake(
-                f"the scores are not right ({description}).\nexpected: {describe(expected)}\ngot:      {describe(got)}"
+                f"{OTHER_DEVICE} ({got.device}; the inputs are on {q.device}): compute on the inputs' device, "
+                f"without .to(...) or .cuda()."
             )
-        if q.dim() == 2:
-            one_sentence_ok = True
+        message = _named(got, q, k)
+        if message is not None and not close(got, expected):
+            raise Mistake(f"{message}\n(case: {description})")
+        expect_tensor(got, expected.shape, dtype=expected.dtype, what=f"score matrix for {description}")
+        if not close(got, expected):
+            _explain_failure(
+                candidate,
+                description,
+                q,
+                k,
+                f"the scores are not right.\nexpected: {describe(expected)}\ngot:      {describe(got)}",
+            )
