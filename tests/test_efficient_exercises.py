@@ -226,3 +226,76 @@ def test_tiled_other_errors_are_explained():
         return learner_tiled(q, k, v, b)
 
     assert "in place" in _tiled(in_place).message
+
+
+# ---------------------------------------------------------------- one running maximum for every row
+
+
+def online_softmax_shared_max(x, block_size, python_float=False):
+    """A running maximum over the whole tensor (no dim=-1), with a proper sum per row."""
+    m = -math.inf if python_float else torch.tensor(-math.inf)
+    total = torch.zeros(x.shape[:-1] + (1,))
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size]
+        if python_float:
+            m_new = max(m, block.max().item())
+            total = total * math.exp(m - m_new) + torch.exp(block - m_new).sum(-1, keepdim=True)
+        else:
+            m_new = torch.maximum(m, block.max())
+            total = total * torch.exp(m - m_new) + torch.exp(block - m_new).sum(-1, keepdim=True)
+        m = m_new
+    return torch.exp(x - m) / total
+
+
+@pytest.mark.parametrize("python_float", [False, True], ids=["tensor max", "Python float max"])
+def test_online_softmax_with_one_maximum_shared_by_all_rows_is_named(python_float):
+    result = _online(lambda x, block_size: online_softmax_shared_max(x, block_size, python_float))
+    assert not result.passed and ex.OS_SHARED_MAX in result.message, result.message
+
+
+def test_online_softmax_cases_hold_rows_of_very_different_size_in_one_tensor():
+    row_maxima = [x.amax(dim=-1) for _, x, _ in ex._online_softmax_cases() if x.dim() > 1]
+    assert any(m.max() - m.min() > 1000 for m in row_maxima)
+
+
+def test_tiled_with_one_maximum_shared_by_all_queries_is_named():
+    def shared(q, k, v, block_size):
+        m = -math.inf
+        total, acc = torch.zeros(q.shape[:-1] + (1,)), torch.zeros(q.shape[:-1] + (v.shape[-1],))
+        for kb, vb in zip(torch.split(k, block_size, dim=-2), torch.split(v, block_size, dim=-2), strict=True):
+            scores = q @ kb.mT / math.sqrt(q.shape[-1])
+            m_new = max(m, scores.max().item())
+            p = torch.exp(scores - m_new)
+            total = total * math.exp(m - m_new) + p.sum(-1, keepdim=True)
+            acc = acc * math.exp(m - m_new) + p @ vb
+            m = m_new
+        return acc / total
+
+    result = _tiled(shared)
+    assert not result.passed and ex.T_SHARED_MAX in result.message, result.message
+
+
+# ---------------------------------------------------------------- unusual outputs are named, never a checker crash
+
+
+@pytest.mark.parametrize(
+    "convert, phrase",
+    [(lambda t: t.long(), "dtype"), (lambda t: t.double(), "float64"), (lambda t: t.to("meta"), ex.OTHER_DEVICE)],
+    ids=["int", "float64", "meta device"],
+)
+def test_unusual_outputs_get_a_mistake_not_a_crash(convert, phrase):
+    online = _online(lambda x, block_size: convert(learner_online_softmax(x, block_size)))
+    tiled = _tiled(lambda q, k, v, block_size: convert(learner_tiled(q, k, v, block_size)))
+    for result in (online, tiled):
+        assert not result.passed and result.status == "not yet" and phrase in result.message, result.message
+
+
+def _non_contiguous(t):
+    strided = torch.stack([t, t], dim=-1)[..., 0]  # same values, every other element of a bigger tensor
+    assert not strided.is_contiguous()
+    return strided
+
+
+def test_non_contiguous_outputs_pass():
+    assert _online(lambda x, block_size: _non_contiguous(learner_online_softmax(x, block_size))).passed
+    assert _tiled(lambda q, k, v, block_size: _non_contiguous(learner_tiled(q, k, v, block_size))).passed

@@ -30,6 +30,8 @@ OS_MAX_AT_ZERO = "start the running maximum at -inf"
 OS_WHOLE_ROW = "you reduced over the whole row at once"
 OS_WIDE_BLOCKS = "your blocks are wider than block_size"
 OS_ONE_FOR_ALL_ROWS = "you kept one running maximum and one sum for all rows together"
+OS_SHARED_MAX = "you kept one running maximum shared by all rows"
+OTHER_DEVICE = "is on another device"
 
 T_NO_RESCALE = "you did not rescale the running sum and the output"
 T_NO_RESCALE_OUT = "you rescaled the running sum but not the output"
@@ -46,6 +48,7 @@ T_MAX_AT_ZERO = "start the running maximum at -inf"
 T_FULL_MATRIX = "you built the full [L_q, L_k] score matrix"
 T_WIDE_BLOCKS = "your blocks of keys are wider than block_size"
 T_BUILTIN = "you called PyTorch's scaled_dot_product_attention"
+T_SHARED_MAX = "you kept one running maximum shared by all queries"
 
 _REDUCTIONS = {
     "max",
@@ -91,10 +94,20 @@ def _watch(candidate, *args):
     return watch.calls
 
 
+def _expect_device(got, device, what):
+    if got.device != device:
+        raise Mistake(
+            f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({device}). Make new tensors on the "
+            f"inputs' device (`device=x.device`, `torch.zeros_like(...)`) and leave out .to(...) / .cuda()."
+        )
+
+
 # --------------------------------------------------------------------------- online_softmax
 
 
-def _online_softmax_variant(x, block_size, rescale="right", lost_last=False, use_max=True, max_start=float("-inf")):
+def _online_softmax_variant(
+    x, block_size, rescale="right", lost_last=False, use_max=True, max_start=float("-inf"), shared_max=False
+):
     """online softmax with one planted mistake (rescale: 'right', 'none' or 'inverted')."""
     n = x.shape[-1]
     running_max = x.new_full((*x.shape[:-1], 1), max_start)
@@ -102,9 +115,8 @@ def _online_softmax_variant(x, block_size, rescale="right", lost_last=False, use
     stop = n - n % block_size if lost_last else n
     for start in range(0, stop, block_size):
         block = x[..., start : start + block_size]
-        new_max = (
-            torch.maximum(running_max, block.amax(dim=-1, keepdim=True)) if use_max else torch.zeros_like(running_max)
-        )
+        block_max = block.amax() if shared_max else block.amax(dim=-1, keepdim=True)  # shared: one for all rows
+        new_max = torch.maximum(running_max, block_max) if use_max else torch.zeros_like(running_max)
         factor = {"right": torch.exp(running_max - new_max), "none": 1.0, "inverted": torch.exp(new_max - running_max)}[
             rescale
         ]
@@ -127,6 +139,11 @@ def _online_softmax_cases():
         (
             "[2, 11] rows of very negative scores (around -1000), block_size=4",
             torch.randn(2, 11, generator=g) - 1000,
+            4,
+        ),
+        (
+            "[3, 10] rows around 1000, around 0 and around -1000 in one tensor, block_size=4",
+            torch.randn(3, 10, generator=g) + torch.tensor([[1000.0], [0.0], [-1000.0]]),
             4,
         ),
     ]
@@ -165,6 +182,16 @@ def _online_softmax_mistakes(x, block_size):
                 f"single row). Every row is its own softmax: keep m and l per row, shape [..., 1], with "
                 f"block.amax(dim=-1, keepdim=True) and .sum(dim=-1, keepdim=True).",
                 torch.softmax(x.flatten(), dim=0).view_as(x),
+            )
+        )
+        # one maximum for the whole tensor (`block.max()` without dim), but a sum per row: exact while the rows
+        # are of similar size, 0/0 = NaN in every row far below the largest entry of the tensor
+        mistakes.append(
+            (
+                f"{OS_SHARED_MAX} (`block.max()` without dim=-1, or a Python float): a row whose entries are far "
+                f"below the largest entry of the whole tensor gets exp(x - m) = 0 everywhere and 0/0 = NaN. Every "
+                f"row needs its own running maximum, shape [..., 1]: block.amax(dim=-1, keepdim=True).",
+                _online_softmax_variant(x, block_size, shared_max=True),
             )
         )
     if x.shape[-1] % block_size:
@@ -218,6 +245,7 @@ def check_online_softmax(candidate):
         expect_tensor(got, expected.shape, what=f"result for {description}")
         if got.dtype != x.dtype:
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
+        _expect_device(got, x.device, f"result for {description}")
         diagnose(
             got,
             expected,
@@ -253,6 +281,7 @@ def _tiled_variant(
     normalise="end",
     per_block_softmax=False,
     max_start=float("-inf"),
+    shared_max=False,
 ):
     """tiled attention with one planted mistake (normalise: 'end', 'each_block' or 'never')."""
     n_k, d = k.shape[-2], q.shape[-1]
@@ -267,7 +296,8 @@ def _tiled_variant(
         if per_block_softmax:
             o = o + torch.softmax(s, dim=-1) @ vb
             continue
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)) if use_max else torch.zeros_like(m)
+        block_max = s.amax() if shared_max else s.amax(dim=-1, keepdim=True)  # shared: one for all queries
+        m_new = torch.maximum(m, block_max) if use_max else torch.zeros_like(m)
         r = torch.exp(m_new - m) if inverted else torch.exp(m - m_new)
         p = torch.exp(s - m_new)
         total_new = (total * r if rescale_sum else total) + p.sum(dim=-1, keepdim=True)
@@ -300,6 +330,13 @@ def _tiled_cases():
             10 + 4 * torch.rand(2, 6, 4, generator=g),
             -10 - 4 * torch.rand(2, 10, 4, generator=g),
             torch.randn(2, 10, 3, generator=g),
+            4,
+        ),
+        (
+            "[3, 9, 8], block_size=4, queries of very different size (one sentence's q x 50, one's x -50)",
+            torch.randn(3, 9, 8, generator=g) * torch.tensor([50.0, 1.0, -50.0])[:, None, None],
+            torch.randn(3, 9, 8, generator=g),
+            torch.randn(3, 9, 8, generator=g),
             4,
         ),
     ]
@@ -362,6 +399,15 @@ def _tiled_mistakes(q, k, v, block_size):
             variant(q, k, v, block_size, use_max=False),
         ),
     ]
+    if q.shape[-2] > 1:
+        mistakes.append(
+            (
+                f"{T_SHARED_MAX} (`s.max()` without dim=-1, or a Python float): a query whose scores are far below "
+                f"the largest score of the whole tensor gets exp(s - m) = 0 everywhere and 0/0 = NaN. Every query "
+                f"needs its own running maximum, shape [..., L_q, 1]: s.amax(dim=-1, keepdim=True).",
+                variant(q, k, v, block_size, shared_max=True),
+            )
+        )
     if k.shape[-2] % block_size:
         mistakes.insert(
             0,
@@ -431,6 +477,7 @@ def check_tiled_attention(candidate):
         expect_tensor(got, expected.shape, what=f"output for {description}")
         if got.dtype != q.dtype:
             raise Mistake(f"the output should keep the input's dtype {q.dtype}, but it is {got.dtype} ({description}).")
+        _expect_device(got, q.device, f"output for {description}")
         # large scores: float32 rounding of scores ~100 moves the weights by ~1e-5 relative
         atol = 1e-4 if q.abs().max() > 10 else 1e-5
         diagnose(
