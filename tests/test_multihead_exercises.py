@@ -570,7 +570,11 @@ def test_multi_head_attention_stubs_are_not_attempted():
 
 
 def test_not_a_module_is_explained():
-    assert_caught("multi_head_attention", lambda d_model, num_heads: None, "not an nn.Module")
+    class NotAModule:  # `class MultiHeadAttention:` without (nn.Module)
+        def __init__(self, d_model, num_heads):
+            self.num_heads = num_heads
+
+    assert_caught("multi_head_attention", NotAModule, "not an nn.Module")
 
 
 def test_an_instance_instead_of_the_class_is_explained():
@@ -606,3 +610,129 @@ def test_the_checkers_model_of_each_mistake_agrees_with_the_reference_when_corre
         q, k = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
         mask = mh._make_mask("padding", 2, 4, 3, 5, seed=0)
         torch.testing.assert_close(mh._mha(w, q, k, k, mask, 4), ref(q, k, k, mask), atol=1e-6, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# Python slips inside the class: the framework's message must come through, not a generic one
+
+
+class NoSuperInit(Learner):
+    def __init__(self, d_model, num_heads):  # forgets super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.query_linear = nn.Linear(d_model, d_model, bias=False)
+
+
+class TrueDivisionHeadDim(Learner):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.head_dim = d_model / num_heads  # 8 / 2 == 4.0, a float in a shape
+
+
+class PairNotUnpacked(Learner):
+    def forward(self, query, key, value, mask=None):
+        from course_utils.attention import scaled_dot_product_attention
+
+        batch_size = query.size(0)
+        q, k, v = (self.split_heads(t, batch_size) for t in self.project(query, key, value))
+        context = scaled_dot_product_attention(q, k, v, mask)  # (output, weights)
+        return self.output_linear(self.combine_heads(context, batch_size))
+
+
+class ReturnsTheAttentionPair(Learner):
+    def forward(self, query, key, value, mask=None):
+        from course_utils.attention import scaled_dot_product_attention
+
+        batch_size = query.size(0)
+        q, k, v = (self.split_heads(t, batch_size) for t in self.project(query, key, value))
+        return scaled_dot_product_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize(
+    "candidate, phrases",
+    [
+        (NoSuperInit, ["super().__init__()", "before Module.__init__() call"]),
+        (TrueDivisionHeadDim, ["//", "(checking self-attention, batch 1"]),
+        (PairNotUnpacked, ["unpack", "(checking self-attention, batch 1"]),
+        (ReturnsTheAttentionPair, ["pair of scaled_dot_product_attention, still split into heads"]),
+    ],
+    ids=lambda c: getattr(c, "__name__", "")[:30],
+)
+def test_python_slips_in_the_module_get_their_own_message(candidate, phrases):
+    result = result_of("multi_head_attention", candidate)
+    assert not result.passed and result.status == "not yet", result.message
+    for phrase in phrases:
+        assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
+    assert "checker itself" not in result.message and "batch size 1" not in result.message
+
+
+# ------------------------------------------------------------------------------------------
+# unusual outputs: a named mistake, never a crash of the checker; sizes that cannot be hard-coded
+
+
+def _strided(t):
+    strided = torch.stack([t, t], dim=-1)[..., 0]  # same values, not contiguous
+    assert not strided.is_contiguous()
+    return strided
+
+
+CONVERSIONS = {
+    "int": (lambda t: t.long(), "dtype"),
+    "float64": (lambda t: t.double(), "float64"),
+    "meta device": (lambda t: t.to("meta"), "on another device"),
+}
+
+
+@pytest.mark.parametrize("name", CONVERSIONS)
+def test_unusual_outputs_get_a_mistake_not_a_crash(name):
+    convert, phrase = CONVERSIONS[name]
+
+    class Converted(Learner):
+        def forward(self, query, key, value, mask=None):
+            return convert(super().forward(query, key, value, mask))
+
+    assert_caught("split_heads", lambda x, h: convert(split_unflatten(x, h)), phrase)
+    assert_caught("combine_heads", lambda x: convert(combine_flatten(x)), phrase)
+    assert_caught("multi_head_attention", Converted, phrase, not_phrases=["checker itself"])
+
+
+def test_non_contiguous_outputs_pass():
+    class Strided(Learner):
+        def forward(self, query, key, value, mask=None):
+            return _strided(super().forward(query, key, value, mask))
+
+    assert_passes("split_heads", lambda x, h: _strided(split_unflatten(x, h)))
+    assert_passes("combine_heads", lambda x: _strided(combine_flatten(x)))
+    assert_passes("multi_head_attention", Strided)
+
+
+def test_cases_vary_every_size_a_learner_might_hard_code():
+    from course_utils.exercises import multihead as mh
+
+    for cases in (mh.SPLIT_CASES, mh.COMBINE_CASES):
+        for axis in range(4):
+            assert len({case[axis] for case in cases}) >= 3
+    for key in ("batch", "d_model", "heads", "lq"):
+        assert len({case[key] for case in mh.MHA_CASES}) >= 3
+    head_dims = {case["d_model"] // case["heads"] for case in mh.MHA_CASES}
+    assert len(head_dims) >= 3
+    assert len({case["mask"] for case in mh.MHA_CASES}) >= 4
+
+
+@pytest.mark.parametrize(
+    "fixed",
+    [dict(heads=2), dict(head_dim=4), dict(batch=1)],
+    ids=lambda d: next(iter(d)),
+)
+def test_hard_coded_sizes_are_caught(fixed):
+    class HardCoded(Learner):
+        def split_heads(self, x, batch_size):
+            heads = fixed.get("heads", self.num_heads)
+            head_dim = fixed.get("head_dim", x.size(-1) // heads)
+            batch = fixed.get("batch", batch_size)
+            return x.reshape(batch, -1, heads, head_dim).permute(0, 2, 1, 3)
+
+        def combine_heads(self, x, batch_size):
+            return x.permute(0, 2, 1, 3).reshape(fixed.get("batch", batch_size), -1, self.d_model)
+
+    assert not result_of("multi_head_attention", HardCoded).passed

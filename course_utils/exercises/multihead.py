@@ -19,7 +19,7 @@ import torch
 
 from course_utils.attention import MultiHeadAttention, combine_heads, split_heads
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor
+from course_utils.exercises.checking import Mistake, call, close, diagnose, expect_tensor
 
 __all__ = ["check_split_heads", "check_combine_heads", "check_multi_head_attention"]
 
@@ -80,6 +80,8 @@ COMBINE_LOST_HEADS = (
     "Multi-head attention concatenates the heads: [B, S, H*d]."
 )
 
+OTHER_DEVICE = "is on another device"
+
 MHA_TUPLE = (
     "your forward returned a tuple (output, weights), like the article's ScaledDotProductAttention does. "
     "A multi-head attention layer returns only the output tensor [B, L_q, d_model]; if you want the "
@@ -135,6 +137,11 @@ MHA_INTERLEAVED = (
     "h*d_k ... (h+1)*d_k - 1 of each projection, as in the seeds, PyTorch and pretrained models. "
     "Split with reshape to [B, S, H, d_k] + .permute(0, 2, 1, 3), combine with the inverse."
 )
+MHA_RETURNED_ATTENTION_PAIR = (
+    "your forward returned the (output, weights) pair of scaled_dot_product_attention, still split into heads "
+    "([B, H, L_q, d_k]). Unpack it, `context, weights = scaled_dot_product_attention(q, k, v, mask)`, then "
+    "combine the heads of `context` to [B, L_q, d_model] and return output_linear(...) of that."
+)
 MHA_UNCOMBINED = (
     "your output still has a heads axis ([B, H, L_q, d_k]): combine the heads back to [B, L_q, d_model] "
     "and apply output_linear."
@@ -187,6 +194,21 @@ def _batched(batch, run, per_sample_ok):
         raise
 
 
+def _same(got, expected, atol=1e-5):
+    """``got`` is a tensor with ``expected``'s shape and values (another device never is)."""
+    return isinstance(got, torch.Tensor) and got.device == expected.device and close(got, expected, atol=atol)
+
+
+def _expect_like(got, reference, what):
+    """A tensor of the reference's dtype, on its device; named mistakes for anything else, never a crash later."""
+    expect_tensor(got, dtype=reference.dtype, what=what)
+    if got.device != reference.device:
+        raise _Named(
+            f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({reference.device}). Make new tensors on "
+            f"the inputs' device (`device=x.device`) and leave out .to(...) / .cuda()."
+        )
+
+
 def _randn(*shape, seed):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
@@ -201,6 +223,7 @@ SPLIT_CASES = [  # (batch, seq_len, d_model, num_heads): batch 1 first, then sev
     (2, 4, 8, 1),
     (2, 3, 16, 8),
     (4, 6, 64, 4),
+    (3, 7, 10, 5),
 ]
 
 
@@ -223,6 +246,7 @@ def _check_split_case(candidate, x, h):
     got = call(candidate, x, h)
     if isinstance(got, tuple):
         raise _Named("split_heads should return one tensor [B, H, S, D/H], not a tuple.")
+    _expect_like(got, x, f"result for x of shape {tuple(x.shape)}, num_heads={h}")
     _split_shape_hint(got, b, s, h, d)
     diagnose(
         got,
@@ -261,7 +285,7 @@ def _matches(fn, reference, x, *args):
     except Exception:
         return False
     want = reference(x, *args)
-    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+    return _same(got, want)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,6 +298,7 @@ COMBINE_CASES = [  # (batch, heads, seq_len, head_dim)
     (2, 1, 4, 8),
     (2, 8, 3, 2),
     (4, 4, 6, 16),
+    (3, 5, 7, 2),
 ]
 
 
@@ -282,6 +307,7 @@ def _check_combine_case(candidate, x):
     got = call(candidate, x)
     if isinstance(got, tuple):
         raise _Named("combine_heads should return one tensor [B, S, H*d], not a tuple.")
+    _expect_like(got, x, f"result for x of shape {tuple(x.shape)}")
     if isinstance(got, torch.Tensor) and tuple(got.shape) != (b, s, h * d):
         hints = {(b, s, h, d): COMBINE_NOT_MERGED}
         if h > 1:
@@ -421,6 +447,7 @@ MHA_CASES = [  # batch 1 first; cross-attention without a mask before masked cro
     dict(batch=2, d_model=24, heads=8, lq=3, lk=5, mask="causal_cross"),
     dict(batch=2, d_model=12, heads=1, lq=4, lk=None, mask=None),
     dict(batch=2, d_model=32, heads=4, lq=6, lk=9, mask=None, scale=8.0),  # large-magnitude inputs
+    dict(batch=3, d_model=20, heads=5, lq=2, lk=7, mask="padding"),
 ]
 
 
@@ -545,8 +572,12 @@ def _check_mha_case(candidate, case, seed):
                 raise Mistake(f"{error}\n(checking {what}.){lengths}") from None
             expected = reference(*args)
         if isinstance(got, tuple):
+            first = got[0] if got else None
+            if isinstance(first, torch.Tensor) and tuple(first.shape) == (b, h, lq, d // h):
+                raise _Named(MHA_RETURNED_ATTENTION_PAIR)
             raise _Named(MHA_TUPLE)
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (b, h, lq, d // h) and h > 1:
+        _expect_like(got, query, f"output ({what})")
+        if tuple(got.shape) == (b, h, lq, d // h) and h > 1:
             raise _Named(MHA_UNCOMBINED)
         expect_tensor(got, (b, lq, d), what=f"output ({what})")
         known = _known_mha_mistakes(w, query, key, value, mask, h, cross)
@@ -555,7 +586,7 @@ def _check_mha_case(candidate, case, seed):
         atol = 2e-5 * max(1.0, expected.abs().max().item())
         if got.isnan().any() and not expected.isnan().any():
             for message, wrong in known:
-                if got.shape == wrong.shape and torch.allclose(got, wrong, atol=atol, rtol=1e-4, equal_nan=True):
+                if close(got, wrong, atol=atol):
                     raise _Named(message)
             raise _Named(MHA_NAN)
         diagnose(got, expected, known_mistakes=known, context=what, atol=atol)
@@ -574,11 +605,7 @@ def _check_mha_case(candidate, case, seed):
                 except Exception:
                     return False
                 atol = 2e-5 * max(1.0, expected.abs().max().item())
-                if not (
-                    isinstance(got, torch.Tensor)
-                    and got.shape == expected[j : j + 1].shape
-                    and torch.allclose(got, expected[j : j + 1], atol=atol, rtol=1e-4)
-                ):
+                if not _same(got, expected[j : j + 1], atol=atol):
                     return False
         return True
 

@@ -3,7 +3,7 @@
 import torch
 
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor
 
 
 def normalise_scores(scores):
@@ -24,6 +24,7 @@ def check_normalise_scores(candidate):
         torch.tensor([1.0, 3.0]),
         torch.tensor([2.0, 1.0, 1.0, 4.0]),
         torch.tensor([[1.0, 1.0, 2.0], [5.0, 0.0, 5.0]]),  # one row per query
+        torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0]]),  # more rows, longer
     ]
     for scores in cases:
         try:
@@ -38,6 +39,11 @@ def check_normalise_scores(candidate):
                 ) from None
             raise
         expected = normalise_scores(scores)
+        expect_tensor(got, dtype=scores.dtype, what="weights")
+        if got.device != scores.device:
+            raise Mistake(
+                f"your weights are on {got.device}, the scores on {scores.device}: leave out .to(...) / .cuda()."
+            )
         diagnose(
             got,
             expected,
@@ -60,5 +66,3 @@ def check_normalise_scores(candidate):
             ],
             context=f"scores {scores.tolist()}",
         )
-        if not torch.allclose(got.sum(dim=-1), torch.ones(())):
-            raise Mistake("each row of weights should sum to 1.")
