@@ -3,7 +3,7 @@
 - ``online_softmax``: softmax over the last axis, reading the row in blocks with a
   running maximum and a running sum (the trick behind FlashAttention).
 - ``tiled_attention``: exact attention that processes the keys in blocks and never
-  builds the [L_q, L_k] score matrix. Re-exported by ``course_utils.attention``.
+  builds the [L_q, L_k] score matrix.
 - ``KVCache``, ``attend_with_cache``, ``generate``: causal decoding that keeps the
   keys and values of past tokens instead of recomputing them.
 - ``naive_attention``, ``sdpa_methods``, ``attention_flops``, ``time_call``,
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from course_utils.attention import _check_qkv, causal_mask, combine_heads, scaled_dot_product_attention
+from course_utils.attention import _check_qkv, _positive_int, causal_mask, combine_heads, scaled_dot_product_attention
 
 __all__ = [
     "online_softmax",
@@ -40,11 +40,6 @@ __all__ = [
 NEG_INF = float("-inf")
 
 
-def _check_block_size(block_size):
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int (entries or keys per block), got {block_size!r}")
-
-
 def _safe_shift(running_max):
     # A row that has seen only -inf (masked) scores still has max -inf, and
     # exp(-inf - (-inf)) would be NaN; shifting by 0 there gives exp(-inf) = 0.
@@ -62,7 +57,7 @@ def online_softmax(x, block_size):
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1 or x.shape[-1] == 0:
         what = f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"x must be a non-empty floating-point tensor [..., n], got {what}")
-    _check_block_size(block_size)
+    block_size = _positive_int(block_size, "block_size")
     running_max = x.new_full((*x.shape[:-1], 1), NEG_INF)
     running_sum = x.new_zeros((*x.shape[:-1], 1))
     for start in range(0, x.shape[-1], block_size):  # the last block may be partial
@@ -75,23 +70,10 @@ def online_softmax(x, block_size):
     return torch.exp(x - running_max) / running_sum
 
 
-def _check_tiled_inputs(q, k, v, block_size, causal):
-    _check_qkv(q, k, v)
-    if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
-        raise TypeError(
-            f"q, k and v must share one dtype and device, got {q.dtype}/{q.device}, "
-            f"{k.dtype}/{k.device}, {v.dtype}/{v.device}"
-        )
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the leading (batch, head) dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} "
-            f"and v {tuple(v.shape)} do not broadcast"
-        ) from None
+def _check_tiled_inputs(q, k, v, causal):
+    _check_qkv(q, k, v)  # tensors of one dtype and device, matching sizes, batch dims that broadcast
     if q.shape[-2] == 0 or k.shape[-2] == 0:
         raise ValueError(f"q and k need at least one position, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    _check_block_size(block_size)
     if causal and q.shape[-2] > k.shape[-2]:
         raise ValueError(
             f"causal=True needs L_q <= L_k (the queries are the last L_q positions), "
@@ -112,7 +94,8 @@ def tiled_attention(q, k, v, block_size, causal=False):
     may attend to keys 0 .. i + (L_k - L_q); with L_q == L_k this is ``causal_mask``.
     bfloat16/float16 inputs keep m, l and o in float32, as FlashAttention does.
     """
-    _check_tiled_inputs(q, k, v, block_size, causal)
+    _check_tiled_inputs(q, k, v, causal)
+    block_size = _positive_int(block_size, "block_size")
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1])
     stats_dtype = torch.promote_types(q.dtype, torch.float32)
@@ -158,15 +141,8 @@ class KVCache:
     """
 
     def __init__(self, batch_size, num_heads, max_len, head_dim, dtype=torch.float32, device=None):
-        for name, value in (
-            ("batch_size", batch_size),
-            ("num_heads", num_heads),
-            ("max_len", max_len),
-            ("head_dim", head_dim),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        shape = (batch_size, num_heads, max_len, head_dim)
+        sizes = {"batch_size": batch_size, "num_heads": num_heads, "max_len": max_len, "head_dim": head_dim}
+        shape = tuple(_positive_int(value, name) for name, value in sizes.items())
         self._keys = torch.zeros(shape, dtype=dtype, device=device)
         self._values = torch.zeros(shape, dtype=dtype, device=device)
         self.length = 0
@@ -229,8 +205,7 @@ def generate(mha, prompt, steps, use_cache=True, step_times=None):
     ``use_cache=True`` processes the prompt once, then one token per step.
     ``step_times``: a list that receives the seconds each step took.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    steps = _positive_int(steps, "steps")
     if prompt.dim() != 3 or prompt.shape[-1] != mha.d_model:
         raise ValueError(f"prompt must have shape [batch, P, d_model={mha.d_model}], got {tuple(prompt.shape)}")
     sequence = prompt

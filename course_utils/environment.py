@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 
 import numpy as np
 import torch
@@ -10,12 +11,48 @@ __all__ = ["setup", "pick_device", "seed_everything"]
 
 
 def pick_device(requested=None):
-    """``requested``, else the COURSE_DEVICE environment variable, else CUDA if available, else CPU."""
-    name = requested or os.environ.get("COURSE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} was asked for (COURSE_DEVICE?) but PyTorch sees no CUDA GPU")
-    return device
+    """``requested``, else the COURSE_DEVICE environment variable, else CUDA if available, else CPU.
+
+    ``requested`` and COURSE_DEVICE may be 'cpu', 'cuda', 'cuda:N' or 'mps', and must name a
+    device this machine has; case and surrounding spaces are ignored ('CPU ' is 'cpu').
+    An empty COURSE_DEVICE counts as unset.
+    """
+    if requested is not None:
+        return _checked_device(requested, "device")
+    name = os.environ.get("COURSE_DEVICE", "")
+    if name.strip():
+        return _checked_device(name, "COURSE_DEVICE")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _available_devices():
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        names.append("mps")
+    return names
+
+
+def _checked_device(value, source):
+    """torch.device(value) if this machine has it; else an error that names ``source`` and lists what it has."""
+    if isinstance(value, torch.device):
+        value = str(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{source} must be a device name such as 'cpu' or 'cuda', got {type(value).__name__}")
+    name = value.strip().lower()
+    available = _available_devices()
+    if name in available:
+        return torch.device(name)
+    accepted = ", ".join(repr(n) for n in available)
+    if re.fullmatch(r"cuda(:\d+)?|mps", name):  # a real device type, but not on this machine
+        why = "this machine has no such device"
+    else:
+        why = "it is not a device name"
+    raise ValueError(
+        f"{source}={value!r}: {why}. Accepted here: {accepted} ('cuda', 'cuda:N' need an NVIDIA GPU that PyTorch "
+        f"sees, 'mps' an Apple GPU; case and surrounding spaces are ignored)"
+    )
 
 
 def seed_everything(seed=0):

@@ -44,9 +44,31 @@ def _check_attn(attn, min_len=1):
         raise ValueError(f"attn must be a tensor [..., seq, seq] of self-attention weights, got {shape}")
     if attn.shape[-1] < min_len:
         raise ValueError(f"this score needs at least {min_len} tokens, got {attn.shape[-1]}")
+    _check_weights(attn)
+
+
+def _check_weights(attn):
+    """Weights, not raw scores: every entry >= 0 and every row sums to 1 (what softmax gives)."""
+    if not attn.is_floating_point():
+        raise ValueError(f"attn must hold floating-point attention weights, got {attn.dtype}")
+    # float16/bfloat16 keep about 3 significant digits, so their rows sum to 1 less exactly
+    tolerance = 1e-3 if attn.dtype in (torch.float32, torch.float64) else 3e-2
+    row_sums = attn.double().sum(-1)
+    if bool((attn < 0).any()) or not bool(((row_sums - 1).abs() <= tolerance).all()):
+        raise ValueError(
+            f"attn must be attention weights, every entry >= 0 and every row summing to 1; got entries from "
+            f"{attn.min().item():.3g} to {attn.max().item():.3g} and row sums from {row_sums.min().item():.3g} to "
+            f"{row_sums.max().item():.3g}. Raw scores (q k^T / sqrt(d_k)) need torch.softmax(scores, dim=-1) first"
+        )
 
 
 def _check_tokens(attn, tokens):
+    if isinstance(tokens, str) or not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
+        what = "one string" if isinstance(tokens, str) else type(tokens).__name__
+        raise TypeError(
+            f"tokens must be a list (or tuple) of strings, one per position, got {what}; "
+            f"attention_maps() returns such a list with its weights"
+        )
     if len(tokens) != attn.shape[-1]:
         raise ValueError(f"{len(tokens)} tokens for attention over {attn.shape[-1]} positions")
 
@@ -142,6 +164,7 @@ def score_heads(attn, tokens, patterns=None):
     if not isinstance(attn, torch.Tensor) or attn.dim() != 4:
         shape = tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__
         raise ValueError(f"attn must be [layers, heads, seq, seq] for one sentence, got {shape}")
+    _check_tokens(attn, tokens)
     names = list(PATTERNS) if patterns is None else list(patterns)
     unknown = [n for n in names if n not in PATTERNS]
     if unknown:

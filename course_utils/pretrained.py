@@ -17,6 +17,7 @@ the attention of the real model.
     tokens, attn = attention_maps("Orange is my favorite fruit")   # attn: [6, 12, seq, seq]
 """
 
+import copy
 import functools
 import json
 import re
@@ -320,14 +321,20 @@ def _load_cached(path, device):
     return model.eval().to(device)
 
 
-def load_model(path=None, device=None):
+def load_model(path=None, device=None, fresh=False):
     """The pretrained encoder, in eval mode, on ``device`` (default: as setup() picks it).
 
-    Loaded once per (folder, device) and then cached, so every cell of a lesson
-    shares one copy. ``path``: a local model folder; default: the installed package's.
+    Loaded once per (folder, device) and then cached: every call returns the *same*
+    model object, so all cells of a lesson share one copy, and a change made to it in
+    place (editing weights, ``.train()``, zeroing a head) is seen by every later call.
+    ``fresh=True`` returns an independent deep copy of the cached model instead (its
+    own weights, tokenizer and buffers), to change without touching the shared one;
+    copying is quicker than reading the checkpoint again.
+    ``path``: a local model folder; default: the installed package's.
     """
     folder = model_path(path).resolve()
-    return _load_cached(str(folder), str(pick_device(device)))
+    shared = _load_cached(str(folder), str(pick_device(device)))
+    return copy.deepcopy(shared) if fresh else shared
 
 
 # ---------------------------------------------------------------------------

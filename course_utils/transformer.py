@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn as nn
 
-from course_utils.attention import MultiHeadAttention
+from course_utils.attention import MultiHeadAttention, _positive_int
 
 __all__ = [
     "FeedForward",
@@ -33,6 +33,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
+        d_model, d_ff = _positive_int(d_model, "d_model"), _positive_int(d_ff, "d_ff")
         self.linear1 = nn.Linear(d_model, d_ff)
         self.activation = nn.GELU()  # exact (erf) GELU, as in BERT
         self.linear2 = nn.Linear(d_ff, d_model)
@@ -74,6 +75,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False, layer_norm_eps=1e-5, qkv_bias=True):
         super().__init__()
+        d_model = _positive_int(d_model, "d_model")
         self.norm_first = norm_first
         self.self_attention = MultiHeadAttention(d_model, num_heads, qkv_bias=qkv_bias, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
@@ -103,8 +105,7 @@ class Encoder(nn.Module):
         self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False, layer_norm_eps=1e-5, qkv_bias=True
     ):
         super().__init__()
-        if not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        num_layers, d_model = _positive_int(num_layers, "num_layers"), _positive_int(d_model, "d_model")
         self.layers = nn.ModuleList(
             EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, layer_norm_eps, qkv_bias)
             for _ in range(num_layers)
@@ -137,9 +138,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model, max_len=512):
         super().__init__()
-        for name, value in (("d_model", d_model), ("max_len", max_len)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        d_model, max_len = _positive_int(d_model, "d_model"), _positive_int(max_len, "max_len")
         self.d_model = d_model
         position = torch.arange(max_len).unsqueeze(1)
         # wavelengths grow geometrically from 2*pi to 10000*2*pi across the features
@@ -180,8 +179,9 @@ class TinyTransformer(nn.Module):
         dropout=0.0,
     ):
         super().__init__()
-        if not isinstance(vocab_size, int) or vocab_size < 2:
-            raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}")
+        vocab_size, d_model = _positive_int(vocab_size, "vocab_size"), _positive_int(d_model, "d_model")
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size}")
         self.vocab_size = vocab_size
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.positional_encoding = SinusoidalPositionalEncoding(d_model, max_len) if positions else None

@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -137,23 +138,16 @@ def test_tiled_attention_rejects_bad_input_clearly(args, kwargs, error, words):
         tiled_attention(*args(q, k, v), **kwargs)
 
 
-def test_tiled_attention_is_reexported_by_the_attention_module_in_any_import_order():
-    import course_utils.attention
-    import course_utils.efficient
-
-    assert course_utils.attention.tiled_attention is course_utils.efficient.tiled_attention
-    assert "tiled_attention" in course_utils.attention.__all__
-    # efficient.py imports attention.py, which re-exports from efficient.py. Import efficient first, in a
-    # fresh interpreter, with the package's __init__ skipped (it may import attention first and hide a cycle).
+def test_attention_module_does_not_import_efficient():
+    # efficient.py builds on attention.py, never the other way round: no import cycle, and
+    # tiled_attention has one home. Checked in a fresh interpreter, where nothing was imported yet.
     code = textwrap.dedent(
         """
-        import sys, types
-        package = types.ModuleType("course_utils")
-        package.__path__ = ["course_utils"]
-        sys.modules["course_utils"] = package
-        import course_utils.efficient
-        from course_utils.attention import tiled_attention
-        assert tiled_attention is course_utils.efficient.tiled_attention
+        import sys
+        import course_utils.attention
+        assert "course_utils.efficient" not in sys.modules, "attention imported efficient"
+        assert not hasattr(course_utils.attention, "tiled_attention")
+        assert "tiled_attention" not in course_utils.attention.__all__
         """
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
@@ -359,3 +353,30 @@ def test_time_call_and_loglog_slope():
     with pytest.raises(ValueError):
         loglog_slope([1, 2], [0, 1])
     assert math.isfinite(loglog_slope([1, 2, 3], [1, 2, 3]))
+
+
+def test_numpy_integer_sizes_are_accepted_and_floats_refused():
+    q, k, v = _qkv((2,), 7, 9, 8, 4)
+    torch.testing.assert_close(tiled_attention(q, k, v, np.int64(4)), tiled_attention(q, k, v, 4), atol=0, rtol=0)
+    torch.testing.assert_close(online_softmax(q, np.int32(3)), online_softmax(q, 3), atol=0, rtol=0)
+    cache = KVCache(np.int64(2), np.int64(2), np.int64(8), np.int64(4))
+    assert cache.keys.shape == (2, 2, 0, 4) and cache.max_len == 8
+    mha = MultiHeadAttention(8, 2).eval()
+    assert generate(mha, torch.randn(1, 3, 8), np.int64(2)).shape == (1, 5, 8)
+    for bad in (True, 4.0, np.float32(4.0), np.int64(0)):
+        with pytest.raises(ValueError, match="block_size must be a positive int"):
+            tiled_attention(q, k, v, bad)
+        with pytest.raises(ValueError, match="block_size must be a positive int"):
+            online_softmax(q, bad)
+        with pytest.raises(ValueError, match="max_len must be a positive int"):
+            KVCache(2, 2, bad, 4)
+        with pytest.raises(ValueError, match="steps must be a positive int"):
+            generate(mha, torch.randn(1, 3, 8), bad)
+
+
+def test_tiled_attention_names_mismatched_inputs_like_the_reference():
+    q, k, v = _qkv((2,), 7, 9, 8, 4)
+    with pytest.raises(TypeError, match=r"torch.from_numpy\(q\).float\(\)"):
+        tiled_attention(q.numpy(), k, v, 4)
+    with pytest.raises(TypeError, match="share one dtype"):
+        tiled_attention(q.double(), k, v, 4)

@@ -111,21 +111,73 @@ def test_tables():
 
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match=r"\[\.\.\., seq, seq\]"):
-        hs.previous_token_score(torch.rand(3, 4, 5))
+        hs.previous_token_score(random_attention(3, 4, 5))
     with pytest.raises(ValueError, match="at least 2 tokens"):
         hs.previous_token_score(torch.ones(1, 1))
     with pytest.raises(ValueError, match="3 tokens for attention over 10 positions"):
-        hs.sep_score(torch.rand(S, S), ["[CLS]", "a", "[SEP]"])
+        hs.sep_score(random_attention(S, S), ["[CLS]", "a", "[SEP]"])
     with pytest.raises(ValueError, match="no \\[SEP\\]"):
-        hs.sep_score(torch.rand(3, 3), ["[CLS]", "a", "b"])
+        hs.sep_score(random_attention(3, 3), ["[CLS]", "a", "b"])
     with pytest.raises(ValueError, match="no punctuation"):
-        hs.punctuation_score(torch.rand(3, 3), ["[CLS]", "a", "[SEP]"])
+        hs.punctuation_score(random_attention(3, 3), ["[CLS]", "a", "[SEP]"])
     with pytest.raises(ValueError, match="not \\[CLS\\]"):
-        hs.cls_score(torch.rand(3, 3), ["a", "b", "[SEP]"])
+        hs.cls_score(random_attention(3, 3), ["a", "b", "[SEP]"])
     with pytest.raises(ValueError, match="unknown pattern"):
-        hs.score_heads(torch.rand(1, 1, S, S), TOKENS, patterns=["diagonal"])
+        hs.score_heads(random_attention(1, 1, S, S), TOKENS, patterns=["diagonal"])
     with pytest.raises(ValueError, match=r"\[layers, heads, seq, seq\]"):
-        hs.score_heads(torch.rand(S, S), TOKENS)
+        hs.score_heads(random_attention(S, S), TOKENS)
+
+
+def _scores(*shape, seed=0):
+    """Raw attention scores (before softmax): negative entries, rows that do not sum to 1."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 2
+
+
+@pytest.mark.parametrize("name", list(hs.PATTERNS))
+@pytest.mark.parametrize(
+    "not_weights",
+    [
+        _scores(2, 3, S, S),  # raw scores q k^T / sqrt(d_k)
+        _scores(2, 3, S, S).exp(),  # positive, but never normalised
+        random_attention(2, 3, S, S) * 0.5,  # rows sum to 0.5
+    ],
+    ids=["raw scores", "exp without normalising", "rows sum to 0.5"],
+)
+def test_scores_refuse_what_is_not_attention_weights(name, not_weights):
+    with pytest.raises(ValueError, match="attention weights, every entry >= 0 and every row summing to 1") as info:
+        hs.PATTERNS[name](not_weights, TOKENS)
+    assert "softmax" in str(info.value)
+
+
+def test_integer_attention_is_refused():
+    with pytest.raises(ValueError, match="floating-point"):
+        hs.previous_token_score(torch.eye(4, dtype=torch.long))
+
+
+def test_half_precision_weights_are_accepted():
+    attn = random_attention(2, 3, S, S)
+    for dtype in (torch.float16, torch.bfloat16):
+        got = hs.previous_token_score(attn.to(dtype)).float()
+        torch.testing.assert_close(got, hs.previous_token_score(attn), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("name", [n for n in hs.PATTERNS if n not in ("previous token", "next token")])
+def test_scores_refuse_a_string_as_the_token_list(name):
+    sentence = "abcdefghij"  # as many characters as positions: a string would pass a length check
+    assert len(sentence) == S
+    with pytest.raises(TypeError, match="list \\(or tuple\\) of strings, one per position, got one string"):
+        hs.PATTERNS[name](random_attention(2, 3, S, S), sentence)
+
+
+@pytest.mark.parametrize("tokens", ["abcdefghij", TOKENS[:-1] + [3], None, iter(TOKENS)])
+def test_score_heads_checks_the_tokens_for_every_pattern(tokens):
+    with pytest.raises((TypeError, ValueError), match="tokens"):
+        hs.score_heads(random_attention(2, 3, S, S), tokens, patterns=["previous token"])
+
+
+def test_tokens_may_be_a_tuple():
+    attn = random_attention(2, 3, S, S)
+    torch.testing.assert_close(hs.sep_score(attn, tuple(TOKENS)), hs.sep_score(attn, TOKENS))
 
 
 def test_real_model_has_a_previous_token_head():

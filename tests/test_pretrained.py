@@ -157,6 +157,40 @@ def test_model_is_cached(model):
     assert pretrained.load_model(path=pretrained.model_path(), device="cpu") is model
 
 
+def test_fresh_copy_is_independent_of_the_shared_model(model):
+    sentence = SENTENCES[0]
+    before = pretrained.attention_maps(sentence, model)[1]
+    fresh = pretrained.load_model(device="cpu", fresh=True)
+    assert fresh is not model and pretrained.load_model(device="cpu", fresh=True) is not fresh
+    assert not fresh.training and fresh.config == model.config
+    # the copy computes the same numbers ...
+    torch.testing.assert_close(pretrained.attention_maps(sentence, fresh)[1], before, rtol=0, atol=0)
+    # ... but owns its weights: changing them in place leaves the shared model (and later calls) as they were
+    shared_weights = {name: t.data_ptr() for name, t in model.state_dict().items()}
+    assert not any(t.data_ptr() in shared_weights.values() for t in fresh.state_dict().values())
+    with torch.no_grad():
+        fresh.encoder.layers[0].self_attention.query_linear.weight.zero_()
+    fresh.train()
+    assert not torch.equal(pretrained.attention_maps(sentence, fresh.eval())[1], before)
+    torch.testing.assert_close(pretrained.attention_maps(sentence, model)[1], before, rtol=0, atol=0)
+    assert not pretrained.load_model(device="cpu").training
+    assert pretrained.load_model(device="cpu") is model
+
+
+def test_the_default_model_is_shared(model):
+    """Documented behaviour: an in-place change to load_model()'s model is seen by every later call."""
+    other = pretrained.load_model(device="cpu")
+    weight = other.pooler.bias
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.add_(1.0)
+        torch.testing.assert_close(pretrained.load_model(device="cpu").pooler.bias, saved + 1.0)
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
 def test_a_local_folder_is_accepted(tmp_path, model):
     folder = tmp_path / "my-minilm"
     folder.mkdir()

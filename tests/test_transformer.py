@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -238,3 +239,22 @@ def test_bad_inputs_raise_clear_errors():
         model(torch.tensor([[1, 2, 10]]))
     with pytest.raises(ValueError, match="vocab_size"):
         TinyTransformer(1)
+
+
+def test_numpy_integer_sizes_are_accepted_and_floats_refused():
+    model = TinyTransformer(
+        np.int64(10), d_model=np.int64(8), num_heads=np.int64(2), num_layers=np.int64(2), max_len=np.int64(6)
+    )
+    assert model(torch.randint(0, 10, (2, 5))).shape == (2, 5, 10)
+    assert type(model.vocab_size) is int and len(model.encoder.layers) == 2
+    assert FeedForward(np.int64(8), np.int32(16))(torch.randn(1, 2, 8)).shape == (1, 2, 8)
+    for make, name in (
+        (lambda bad: Encoder(bad, 8, 2, 16), "num_layers"),
+        (lambda bad: SinusoidalPositionalEncoding(8, max_len=bad), "max_len"),
+        (lambda bad: TinyTransformer(bad), "vocab_size"),
+        (lambda bad: FeedForward(8, bad), "d_ff"),
+        (lambda bad: EncoderLayer(bad, 2, 16), "d_model"),
+    ):
+        for bad in (True, 8.0, np.float64(8.0)):
+            with pytest.raises(ValueError, match=f"{name} must be a positive int"):
+                make(bad)
