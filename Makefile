@@ -3,12 +3,12 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
-NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 # JupyterLab refuses to run as root without this flag (containers, CI)
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
-.PHONY: install lab test test-unit test-notebooks test-browser browser execute lint clean gpu-benchmark
+.PHONY: progress grade doctor install lab test test-unit test-notebooks test-browser browser execute lint clean test-gpu gpu-benchmark gpu-wheels
 
 install: $(STAMP)
 
@@ -30,7 +30,7 @@ $(STAMP): requirements.txt
 	@# everything else exactly as pinned, nothing pulled in beyond the list
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
 	# make `import course_utils` work from any folder, notebooks included
-	$(PY) -c "import pathlib, site; pathlib.Path(site.getsitepackages()[0], 'attention_course.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
+	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'attention_course.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
 	touch $@
 
 lab: install
@@ -56,6 +56,16 @@ test-browser: install
 browser:
 	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# Learners: my exercises, from the saved notebooks (nothing is run; save the notebook first)
+progress:
+	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/progress.py $(NOTEBOOKS_DIR)
+
+# Instructors and CI: run copies of the notebooks in NOTEBOOKS_DIR, check every exercise, write
+# artifacts/grade/grade.md and grade.json; exit 1 unless all passed (ALLOW_NOT_ATTEMPTED=1 lets stubs pass)
+NOTEBOOKS_DIR ?= notebooks
+grade: install
+	$(PY) -m course_utils.grade $(NOTEBOOKS_DIR) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
+
 # Re-execute every notebook in place, in order, each in a fresh kernel (how `test` checks them)
 execute: install
 	for nb in $(NOTEBOOKS); do \
@@ -64,21 +74,34 @@ execute: install
 	done
 	$(PY) tests/notebook_tools.py strip-metadata $(NOTEBOOKS)
 
-# Lesson 07 on a GPU: papermill re-runs it with long sequences in bfloat16 (batch 4, 16 heads,
-# head_dim 64, n up to 8192) and writes the executed notebook and a CSV of the table to artifacts/.
-# GPU_PEAK_TFLOPS: the GPU's dense bf16 peak from its data sheet (989 = H100/H200 SXM), for "% of peak".
+# The whole suite on a CUDA GPU: strict nbval with COURSE_DEVICE=cuda against the committed outputs,
+# the unit tests, then the GPU benchmarks; one summary. Results in artifacts/gpu/ (see tests/gpu_suite.py).
+# Needs a CUDA build of PyTorch in .venv (README: TORCH_INDEX_URL); stops with the reason without a GPU.
+test-gpu: install
+	$(PY) tests/gpu_suite.py
+
+# Only the benchmarks: lesson 07 re-run by papermill in bfloat16, batch 4, 16 heads, head_dim 64,
+# n up to 8192. GPU_PEAK_TFLOPS: the GPU's dense bf16 peak from its data sheet (989 = H100/H200 SXM).
 GPU_PEAK_TFLOPS ?= 989
 gpu-benchmark: install
-	mkdir -p artifacts
-	COURSE_DEVICE=cuda $(VENV)/bin/papermill --no-progress-bar --cwd notebooks -k python3 \
-	  notebooks/07_efficient_attention.ipynb artifacts/07_efficient_attention_gpu.ipynb \
-	  -y "{DTYPE: bfloat16, SEQ_LENS: [512, 1024, 2048, 4096, 8192], BATCH: 4, HEADS: 16, HEAD_DIM: 64, \
-	      REPEATS: 10, KV_STEPS: 500, GPU_PEAK_TFLOPS: $(GPU_PEAK_TFLOPS), RESULTS_CSV: ../artifacts/07_benchmark_gpu.csv}"
+	$(PY) tests/gpu_suite.py --benchmarks --peak-tflops $(GPU_PEAK_TFLOPS)
+
+# Wheels for a GPU machine that cannot download and keeps its own PyTorch (tests/gpu_machine.sh):
+# everything pinned except PyTorch and what it brings, and what the GPU run never uses.
+GPU_PYTHON_VERSION ?= 3.12
+GPU_MACHINE_HAS := torch|triton|nvidia-.*|filelock|fsspec|jinja2|markupsafe|mpmath|networkx|sympy|typing.extensions|setuptools
+GPU_RUN_SKIPS := playwright|jupyterlab|ruff
+gpu-wheels:
+	grep -v '^#' requirements.txt | grep -viE '^($(GPU_MACHINE_HAS)|$(GPU_RUN_SKIPS))==' > .whl-requirements.txt
+	python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PYTHON_VERSION) \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl -r .whl-requirements.txt
+	rm .whl-requirements.txt
 
 lint: install
 	$(VENV)/bin/ruff check course_utils tests notebooks
 	$(VENV)/bin/ruff format --check course_utils tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build/ artifacts/
+	rm -rf $(VENV) .pytest_cache .ruff_cache build/ artifacts/ .whl/
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -19,7 +19,7 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 
 
 def lesson_notebooks():
-    return sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+    return sorted(NOTEBOOK_DIR.glob("[0-9][0-9]*_*.ipynb"))
 
 
 def code_cells(nb):

@@ -17,8 +17,11 @@ LEAKS = re.compile(r"(/root/|/home/\w+|/work/|/tmp/|/Users/\w+|C:\\\\Users)")
 
 def test_there_are_lessons():
     assert NOTEBOOKS, "no notebooks/NN_*.ipynb found"
-    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    # 00, 01, ... without gaps; a lesson's second part takes a letter (06b after 06)
+    numbers = sorted({int(p.name[:2]) for p in NOTEBOOKS})
     assert numbers == list(range(len(numbers))), f"lessons must be numbered 00, 01, ... without gaps: {numbers}"
+    for p in NOTEBOOKS:
+        assert re.fullmatch(r"\d\d[a-z]?_\w+\.ipynb", p.name), f"lesson file names are NN_name or NNb_name: {p.name}"
 
 
 @pytest.fixture(params=NOTEBOOKS, ids=lambda p: p.name)
