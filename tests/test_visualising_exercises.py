@@ -1,5 +1,7 @@
 """Lesson 04's exercise `most_attended_tokens`: the solution passes, each planted mistake gets its own message."""
 
+import math
+
 import pytest
 import torch
 
@@ -85,3 +87,108 @@ def test_exceptions_are_explained():
 
     result = run(broken)
     assert not result.passed and "Dimension out of range" in result.message
+
+
+@pytest.mark.parametrize("heads", [1, 4, 6])
+def test_a_hard_coded_head_count_fails(heads):
+    def hard_coded(weights, tokens):  # written for the lesson's 4 heads (or the test's first cases)
+        return [tokens[int(weights[h].mean(dim=0).argmax())] for h in range(heads)]
+
+    result = run(hard_coded)
+    assert not result.passed
+    assert "one token per head" in result.message or "out of range" in result.message or "raised" in result.message
+
+
+def test_square_weights_are_not_assumed():
+    def keys_from_rows(weights, tokens):  # takes the key count from the query axis
+        n = weights.shape[-2]
+        return [tokens[int(h.mean(dim=0)[:n].argmax())] for h in weights]
+
+    assert not run(keys_from_rows).passed
+
+
+# ---------------------------------------------------------------------------------------------
+# attention_entropy: the row entropies of each head, averaged over the queries
+
+
+def run_entropy(candidate):
+    return check("attention_entropy", candidate, quiet=True)
+
+
+def test_entropy_reference_against_a_loop():
+    from course_utils.exercises.visualising import attention_entropy
+
+    weights = torch.tensor([[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]], [[1 / 3, 1 / 3, 1 / 3], [0.2, 0.3, 0.5]]])
+    expected = []
+    for head in weights.tolist():
+        rows = [-sum(w * math.log(w) for w in row if w > 0) for row in head]
+        expected.append(sum(rows) / len(rows))
+    torch.testing.assert_close(attention_entropy(weights), torch.tensor(expected))
+    assert attention_entropy(weights[None]).shape == (1, 2)  # [layers, heads, q, k] -> [layers, heads]
+    assert run_entropy(attention_entropy).passed
+
+
+def test_entropy_independent_solutions_pass():
+    def clamped(w):
+        return -(w * w.clamp_min(1e-30).log()).sum(-1).mean(-1)
+
+    def by_where(w):
+        return torch.where(w > 0, -w * w.log(), torch.zeros_like(w)).sum(-1).mean(-1)
+
+    assert run_entropy(clamped).passed
+    assert run_entropy(by_where).passed
+
+
+def test_entropy_stub_is_not_attempted():
+    def stub(weights):
+        raise NotImplementedError
+
+    assert run_entropy(stub).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "mistake, words",
+    [
+        (lambda w: -(w * torch.log(w)).sum(-1).mean(-1), "0 * log(0)"),
+        (lambda w: (w * w.clamp_min(1e-30).log()).sum(-1).mean(-1), "minus sign"),
+        (lambda w: -(w * w.clamp_min(1e-30).log2()).sum(-1).mean(-1), "log2"),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1).mean(-1) / math.log(w.shape[-1]), "divided by ln(k)"),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1).sum(-1), "summed the row entropies"),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-2).mean(-1), "down each column"),
+        (lambda w: -(w.mean(-2) * w.mean(-2).clamp_min(1e-30).log()).sum(-1), "averaged the rows first"),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1), "one entropy per query"),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(dim=(-1, -2, -3)), "one number per head"),
+        (lambda w: [float(-(h * h.clamp_min(1e-30).log()).sum(-1).mean()) for h in w], "torch.Tensor"),
+    ],
+    ids=[
+        "nan",
+        "sign",
+        "log2",
+        "normalised",
+        "sum-queries",
+        "columns",
+        "average-first",
+        "per-query",
+        "all-heads",
+        "list",
+    ],
+)
+def test_entropy_mistakes_are_named(mistake, words):
+    result = run_entropy(mistake)
+    assert not result.passed and result.status == "not yet"
+    assert words in result.message, result.message
+
+
+def test_entropy_hard_coded_heads_fail():
+    def three_heads(w):
+        return torch.stack([-(w[h] * w[h].clamp_min(1e-30).log()).sum(-1).mean() for h in range(3)])
+
+    assert not run_entropy(three_heads).passed
+
+
+def test_entropy_in_place_log_is_caught():
+    def in_place(w):
+        w.clamp_(min=1e-30)
+        return -(w * w.log()).sum(-1).mean(-1)
+
+    assert "in place" in run_entropy(in_place).message

@@ -1,14 +1,20 @@
-"""Lesson 04's exercise: which token does each head attend to most?
+"""Lesson 04's exercises: which token does each head attend to most, and how focused is each head?
 
-The candidate is ``fn(weights, tokens) -> list of str``: weights ``[heads, q, k]``,
-one answer per head, the key token with the largest attention on average over all
-queries. The reference is ``course_utils.viz.most_attended_tokens``.
+``most_attended_tokens``: the candidate is ``fn(weights, tokens) -> list of str``: weights
+``[heads, q, k]``, one answer per head, the key token with the largest attention on average
+over all queries. The reference is ``course_utils.viz.most_attended_tokens``.
+
+``attention_entropy``: the candidate is ``fn(weights) -> Tensor``: weights ``[..., q, k]``,
+the entropy of each query's row (in nats, 0 * ln 0 = 0) averaged over the queries, one
+number per head. The reference, ``attention_entropy``, is defined here.
 """
+
+import math
 
 import torch
 
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor, generator
 from course_utils.viz import most_attended_tokens
 
 TOKENS = ["Orange", "is", "my", "favorite", "fruit"]
@@ -34,10 +40,15 @@ def _planted_case():
 
 
 def _cases():
-    g = torch.Generator().manual_seed(4)
-    random_heads = torch.softmax(3 * torch.randn(4, 6, 6, generator=g), dim=-1)
+    """The planted case, then random heads of several sizes (so a hard-coded head count fails)."""
+    g = generator(4)
     sentence = "the cat sat on the mat".split()
-    return [(_planted_case(), TOKENS), (random_heads, sentence)]
+    cases = [(_planted_case(), TOKENS), (torch.softmax(3 * torch.randn(4, 6, 6, generator=g), dim=-1), sentence)]
+    # one head; three heads; six heads with 4 queries over 7 keys (cross-attention: q != k)
+    for heads, queries, keys in [(1, 5, 5), (3, 6, 6), (6, 4, 7)]:
+        weights = torch.softmax(3 * torch.randn(heads, queries, keys, generator=g), dim=-1)
+        cases.append((weights, (TOKENS + ["!", "?"])[:keys]))
+    return cases
 
 
 def _answer(indices, tokens):
@@ -98,8 +109,121 @@ def check_most_attended_tokens(candidate):
             ),
         ]
         if len(got) != heads:
-            raise Mistake(f"return one token per head: {heads} heads, but your list has {len(got)} entries {context}.")
+            raise Mistake(
+                f"return one token per head: {heads} heads, but your list has {len(got)} entries {context}. "
+                "Read the number of heads from the input (weights.shape[0]) instead of writing it into the code."
+            )
         for message, wrong in mistakes:
             if got == wrong:
                 raise Mistake(message)
         raise Mistake(f"not right {context}:\nexpected {expected}\ngot      {got}")
+
+
+# ----------------------------------------------------------------------------------------------
+# attention_entropy
+
+
+def attention_entropy(weights):
+    """How spread out each head's attention is: each query row's entropy, averaged over the queries.
+
+    weights: [..., q, k] attention weights, each row summing to 1 (e.g. [heads, q, k] or
+    [layers, heads, q, k]). Returns [...] in nats: 0 when every query puts all its weight
+    on one key, ln(k) when every query spreads evenly over k keys.
+    """
+    # H(row) = -sum_j w_j ln w_j; a masked key has w_j = 0 and contributes 0 (0 * ln 0 = 0),
+    # which torch.xlogy(w, w) = w * ln(w) computes without the NaN of 0 * -inf
+    per_query = -torch.xlogy(weights, weights).sum(dim=-1)  # [..., q]
+    return per_query.mean(dim=-1)
+
+
+def _entropy_cases():
+    """(weights, description): several head counts and shapes, masked (zero) weights, q != k."""
+    g = generator(40)
+    causal = torch.ones(6, 6).tril().bool()
+    masked = torch.softmax((2 * torch.randn(2, 3, 6, 6, generator=g)).masked_fill(~causal, float("-inf")), dim=-1)
+    one_hot = torch.eye(5)[None].repeat(2, 1, 1)
+    one_hot[1] = 0.2  # head 0 looks at one key per query, head 1 spreads evenly
+    return [
+        (torch.softmax(2 * torch.randn(3, 5, 7, generator=g), dim=-1), "3 heads, 5 queries over 7 keys"),
+        (one_hot, "2 heads: one looks at itself only, one spreads evenly over 5 keys"),
+        (masked, "[layers=2, heads=3, 6, 6] with a causal mask: the masked weights are exactly 0"),
+    ]
+
+
+def _entropy_mistakes(w, n_keys):
+    """(message, what the mistake returns) for the usual slips (computed without the NaN of 0 * ln 0)."""
+
+    def xlogx(t):
+        return torch.xlogy(t, t)
+
+    expected = attention_entropy(w)
+    return [
+        (
+            "your entropies are negative: H = -sum_j w_j ln w_j has a minus sign (ln w_j <= 0 for weights <= 1).",
+            -expected,
+        ),
+        (
+            "you used log2 (bits); this lesson measures entropy in nats, with the natural log torch.log, "
+            "so that a head spread evenly over k keys scores ln(k).",
+            expected / math.log(2),
+        ),
+        (
+            "you divided by ln(k), the largest possible entropy; return the entropy itself, in nats.",
+            expected / math.log(n_keys),
+        ),
+        (
+            "you summed the row entropies over the queries; average them (.mean(dim=-1) after the sum over the "
+            "keys), so heads over short and long inputs compare.",
+            expected * w.shape[-2],
+        ),
+        (
+            "you took the entropy down each column (a sum over the queries, dim=-2). A row of weights (one query, "
+            "all keys) is the distribution: sum -w ln w over the keys (dim=-1), then average over the queries.",
+            -xlogx(w).sum(dim=-2).mean(dim=-1),
+        ),
+        (
+            "you averaged the rows first and took the entropy of the average. Each query has its own distribution: "
+            "a previous-token head has sharp rows (entropy near 0) whose average is spread over all keys. "
+            "Take each row's entropy, then average the entropies.",
+            -xlogx(w.mean(dim=-2)).sum(dim=-1),
+        ),
+    ]
+
+
+@exercise(
+    "attention_entropy",
+    solution=attention_entropy,
+    hints=[
+        "One query's weights over the keys (a row) are a probability distribution; its entropy is "
+        "H = -sum_j w_j ln w_j. Compute it for every row (sum over dim=-1), then average over the queries.",
+        "Masked keys have weight exactly 0, and 0 * log(0) is 0 * -inf = NaN in floating point. "
+        "torch.xlogy(w, w) computes w * ln(w) with 0 for w = 0.",
+        "Use dim=-1 and dim=-2 (never a fixed number of heads or dimensions), so [heads, q, k] and "
+        "[layers, heads, q, k] both work: `-torch.xlogy(w, w).sum(dim=-1).mean(dim=-1)`.",
+    ],
+)
+def check_attention_entropy(candidate):
+    for weights, description in _entropy_cases():
+        expected = attention_entropy(weights)
+        got = call(candidate, weights.clone())
+        context = f"weights of shape {tuple(weights.shape)}: {description}"
+        expect_tensor(got, what="output")
+        if tuple(got.shape) == tuple(weights.shape[:-1]):
+            raise Mistake(
+                f"you returned one entropy per query, shape {tuple(got.shape)} ({context}); "
+                f"average over the queries too, for one number per head: shape {tuple(expected.shape)}."
+            )
+        if tuple(got.shape) != tuple(expected.shape):
+            raise Mistake(
+                f"the output should have one number per head, shape {tuple(expected.shape)} (the input's shape "
+                f"without the last two axes), but has shape {tuple(got.shape)} ({context}). Reduce over dim=-1 and "
+                "dim=-2 only, without a fixed number of heads or dimensions."
+            )
+        diagnose(
+            got,
+            expected,
+            known_mistakes=_entropy_mistakes(weights, weights.shape[-1]),
+            context=context,
+            nonfinite_advice="a weight of exactly 0 (a masked key) gives 0 * log(0) = 0 * -inf = NaN. "
+            "Its term of the entropy is 0: use torch.xlogy(w, w), which is w * ln(w) with 0 where w = 0.",
+        )
