@@ -486,7 +486,13 @@ def check_scaled_dot_product_attention(candidate):
                 f"your function {ONLY_UNBATCHED} ({description}): the weights are wrong. "
                 f"{_UNBATCHED_ADVICE}\nexpected: {describe(expected_w)}\ngot:      {describe(weights)}"
             )
-        diff = (weights.double() - expected_w.double()).abs().nan_to_num(float("inf")).max().item()
+        if not torch.isfinite(weights).all():
+            raise Mistake(
+                f"your weights contain NaN or inf where the reference has none ({description}). NaN comes from "
+                f"0/0, e.g. a row whose scores are all -inf (is the mask the right way round? 1/True = may "
+                f"attend), inf from exp() of large scores: use torch.softmax, which subtracts the row maximum."
+            )
+        diff = (weights.double() - expected_w.double()).abs().max().item()
         raise Mistake(
             f"the attention weights are not right ({description}): largest difference {diff:.3g}.\n"
             f"expected: {describe(expected_w)}\ngot:      {describe(weights)}"
@@ -573,6 +579,9 @@ def check_causal_mask(candidate):
         expected = causal_mask(n)
         got = call(candidate, n)
         expect_tensor(got, (n, n), what=f"mask for seq_len={n}")
+        if got.is_meta:
+            raise Mistake(f"your mask {OTHER_DEVICE}: meta, where tensors hold no values. Build it on the CPU.")
+        got = got.cpu()  # a mask built on the notebook's device (device=...) is fine
         if got.is_floating_point() and torch.isinf(got).any():
             raise Mistake(
                 f"your mask holds -inf: that is {CAUSAL_ADDITIVE} (0 = allowed, -inf = forbidden, added to the "

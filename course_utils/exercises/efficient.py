@@ -169,8 +169,9 @@ def _online_softmax_mistakes(x, block_size):
             _online_softmax_variant(x, block_size, use_max=False),
         ),
         (
-            f"{OS_INVERTED}: you multiplied the running sum by exp(m_new - m_old). A larger maximum makes every "
-            f"old exp(x - m) smaller, so the factor is exp(m_old - m_new) (at most 1).",
+            f"your result is NaN everywhere, as when {OS_INVERTED}: exp(m_new - m_old) is inf on the first block "
+            f"(m_old = -inf) and 0 * inf = NaN. A larger maximum makes every old exp(x - m) smaller, so the "
+            f"factor is exp(m_old - m_new) (at most 1).",
             _online_softmax_variant(x, block_size, rescale="inverted"),
         ),
     ]
@@ -369,8 +370,9 @@ def _tiled_mistakes(q, k, v, block_size):
             variant(q, k, v, block_size, rescale_sum=False),
         ),
         (
-            f"{T_INVERTED}: exp(m_new - m_old) is inf on the first block (m_old = -inf) and grows the old sums "
-            f"when it should shrink them. Use exp(m_old - m_new).",
+            f"your output is NaN everywhere, as when {T_INVERTED}: exp(m_new - m_old) is inf on the first block "
+            f"(m_old = -inf), 0 * inf = NaN, and it grows the old sums when it should shrink them. "
+            f"Use exp(m_old - m_new).",
             variant(q, k, v, block_size, inverted=True),
         ),
         (

@@ -227,6 +227,9 @@ SPLIT_CASES = [  # (batch, seq_len, d_model, num_heads): batch 1 first, then sev
 ]
 
 
+_ONLY_MOVES = "moving axes only rearranges numbers, so something in your code computes with them (a division?)."
+
+
 def _split_shape_hint(got, b, s, h, d):
     if not isinstance(got, torch.Tensor) or tuple(got.shape) == (b, h, s, d):
         return
@@ -256,6 +259,7 @@ def _check_split_case(candidate, x, h):
             (SPLIT_INTERLEAVED, x.reshape(b, s, d, h).permute(0, 3, 1, 2)),
         ],
         context=f"x of shape {tuple(x.shape)}, num_heads={h}",
+        nonfinite_advice=_ONLY_MOVES,
     )
 
 
@@ -323,6 +327,7 @@ def _check_combine_case(candidate, x):
             (COMBINE_WRONG_ORDER, x.permute(0, 2, 3, 1).reshape(b, s, h * d)),
         ],
         context=f"x of shape {tuple(x.shape)}",
+        nonfinite_advice=_ONLY_MOVES,
     )
 
 

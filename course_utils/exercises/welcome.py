@@ -65,4 +65,5 @@ def check_normalise_scores(candidate):
                 ),
             ],
             context=f"scores {scores.tolist()}",
+            nonfinite_advice="every row here has a positive sum, so dividing by it gives finite weights.",
         )
