@@ -99,17 +99,19 @@ def _check_0_1(mask, name, meaning):
 
 
 def _batch_first_advice(mask, scores_shape):
-    """Why a mask whose first dim is the batch size did not fit, and the two ways that do."""
-    batch = scores_shape[0]
-    if len(scores_shape) < 3 or batch == 1 or mask.dim() >= len(scores_shape) or mask.shape[0] != batch:
+    """Why a mask whose first dim is the batch size did not fit, and what does."""
+    batch, n = scores_shape[0], len(scores_shape)
+    if n < 3 or batch == 1 or mask.dim() >= n or mask.shape[0] != batch:
         return ""
-    return (
-        f". Its first dim looks like the batch size {batch}, but a mask lines up with the scores from the "
-        f"right: a 2-D mask is read as [L_q, L_k], for every sentence. For a [batch, L_k] padding mask pass "
-        f"key_padding_mask=mask, or give it one singleton dim per missing axis: "
-        f"mask[:, None, :] for [batch, L_q, L_k] scores, mask[:, None, None, :] (what padding_mask() returns) "
-        f"for [batch, heads, L_q, L_k]"
-    )
+    advice = f". Its first dim looks like the batch size {batch}, but a mask lines up with the scores from the right"
+    if n <= 4:
+        axes = ["batch", "heads", "L_q", "L_k"] if n == 4 else ["batch", "L_q", "L_k"]
+        advice += f": a {mask.dim()}-D mask is read as [{', '.join(axes[-mask.dim() :])}]"
+    singletons = ", ".join(["None"] * (n - mask.dim()))
+    advice += f". Keep the batch first with one singleton dim per missing axis: mask[:, {singletons}]"
+    if mask.dim() == 2:
+        advice += " (padding_mask() returns [batch, 1, 1, L_k]), or pass the [batch, L_k] mask as key_padding_mask=mask"
+    return advice
 
 
 def _check_mask(mask, scores_shape, device):

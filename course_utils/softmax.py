@@ -12,9 +12,11 @@ __all__ = ["stable_softmax", "naive_softmax"]
 
 
 def _check(x):
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {what}")
+    if not isinstance(x, torch.Tensor):
+        fix = "torch.from_numpy(x).float()" if type(x).__module__ == "numpy" else "torch.tensor(x, dtype=torch.float32)"
+        raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {type(x).__name__}: use {fix}")
+    if not x.is_floating_point():
+        raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {x.dtype}: use x.float()")
 
 
 def naive_softmax(x, dim=-1):

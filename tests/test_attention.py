@@ -348,6 +348,14 @@ def test_a_batch_first_2d_mask_is_refused_with_the_two_fixes(shapes):
     assert "key_padding_mask=mask" in str(info.value) and "padding_mask()" in str(info.value)
 
 
+def test_a_per_sentence_3d_mask_on_per_head_scores_is_refused_with_the_fix():
+    q, k, v = _qkv(((4, 2, 3, 8), (4, 2, 5, 8), (4, 2, 5, 4)))
+    mask = torch.ones(4, 3, 5, dtype=torch.bool)  # [batch, L_q, L_k], no head axis
+    with pytest.raises(ValueError, match=r"a 3-D mask is read as \[heads, L_q, L_k\].*mask\[:, None\]"):
+        scaled_dot_product_attention(q, k, v, mask)
+    scaled_dot_product_attention(q, k, v, mask[:, None])  # the fix the message names
+
+
 def test_legit_2d_masks_keep_working_whatever_the_batch_size():
     # a causal [L, L] mask on [B, H, L, d] inputs with B == L: the first dim is L_q, not the batch
     q, k, v = _qkv(((4, 2, 4, 8), (4, 2, 4, 8), (4, 2, 4, 8)), seed=23)
