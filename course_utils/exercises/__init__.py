@@ -4,9 +4,13 @@
     result = check("scaled_dot_product_attention", my_fn)
     result.passed, result.message
 
-``check`` never raises. It shows a pass, a "not attempted yet" (the stub still
-raises NotImplementedError) or a specific hint naming the mistake, as a coloured
-block in a notebook and as plain text in a terminal, and returns a CheckResult.
+``check`` never raises (only Ctrl-C / KeyboardInterrupt stops it). It shows a pass,
+a "not attempted yet" (the stub still raises NotImplementedError) or a specific
+hint naming the mistake, as a coloured block in a notebook and as plain text in a
+terminal, and returns a CheckResult. While it runs, learner code gets at most
+``checking.TIME_LIMIT_S`` seconds, and whatever it changes globally (random seeds,
+default dtype, grad mode, ...) is put back afterwards. An error in a checker's own
+code is reported as a bug in the course, never as the learner's mistake.
 
 Exercises are registered by the modules in this package (one per lesson) with
 ``@exercise(id, solution=..., hints=[...])`` on a checker function. A checker
@@ -14,12 +18,26 @@ takes the candidate and raises ``Mistake("...")`` naming what is wrong; the
 helpers in ``course_utils.exercises.checking`` do the common work.
 """
 
+import ast
 import importlib
 import inspect
 import pkgutil
+import sys
+import textwrap
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
-from course_utils.exercises.checking import Mistake, NotAttempted, explain_exception
+from course_utils.exercises import checking
+from course_utils.exercises.checking import (
+    Mistake,
+    NotAttempted,
+    TimeLimitExceeded,
+    explain_exception,
+    preserved_state,
+    raised_in_learner_code,
+    time_limit,
+)
 
 __all__ = ["check", "hint", "show_solution", "solution", "exercise_ids", "CheckResult", "Mistake"]
 
@@ -41,10 +59,10 @@ class CheckResult:
         import html
 
         colour = {"passed": "#1a7f37", "not attempted": "#6e7781", "not yet": "#b35900"}[self.status]
-        text = html.escape(str(self)).replace("\n", "<br>")
+        # pre-wrap keeps the message's line breaks and the alignment of expected/got rows
         return (
             f'<div style="border-left:6px solid {colour};padding:6px 10px;margin:4px 0;'
-            f'font-family:monospace;white-space:normal">{text}</div>'
+            f'font-family:monospace;white-space:pre-wrap">{html.escape(str(self))}</div>'
         )
 
 
@@ -79,7 +97,7 @@ def exercise_ids():
 
 def _lookup(exercise_id):
     _load_all()
-    if exercise_id not in _REGISTRY:
+    if not isinstance(exercise_id, str) or exercise_id not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY))
         raise KeyError(f"unknown exercise id {exercise_id!r}; known ids: {known}")
     return _REGISTRY[exercise_id]
@@ -103,24 +121,108 @@ def _show(text, rich=None):
         print(text)
 
 
+_NOT_ATTEMPTED = (
+    "your code still raises NotImplementedError: fill in the cell above, run it, then run this check again."
+)
+
+
+def _wrong_call(exercise_id, candidate):
+    """check() was called with something other than an exercise id first."""
+    if isinstance(candidate, str):
+        return CheckResult(
+            candidate,
+            False,
+            f"the arguments are swapped: the exercise id comes first, then your code: "
+            f'check("{candidate}", {getattr(exercise_id, "__name__", "my_function")}).',
+            "not yet",
+        )
+    example = getattr(candidate, "__name__", "my_function")
+    return CheckResult(
+        str(exercise_id),
+        False,
+        f"the first argument of check() should be the exercise id, a string, but it is "
+        f'{type(exercise_id).__name__} {exercise_id!r:.60}. Call it as check("exercise_id", {example}); '
+        f"the exercise cell's check line has the right id.",
+        "not yet",
+    )
+
+
+def _course_version(name):
+    """An import line for the course's own version of a function or class called ``name``, or None."""
+    for exercise_id, ex in _REGISTRY.items():
+        solution_name = getattr(ex.solution, "__name__", None)
+        if name in (exercise_id, solution_name):
+            alias = "" if name == solution_name else f" as {name}"
+            return f"from {ex.solution.__module__} import {solution_name}{alias}"
+    return None
+
+
+def _helper_stub(exercise_id, stub):
+    line = _course_version(stub)
+    instead = f"or use the course's version instead of yours: `{line}`" if line else "or write that function now"
+    return CheckResult(
+        exercise_id,
+        False,
+        f"your code calls `{stub}`, which still raises NotImplementedError (it is a stub). "
+        f"Solve the exercise for `{stub}` first, {instead}; then run this check again.",
+        "not yet",
+    )
+
+
+def _checker_failed(exercise_id, exc):
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (in {Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
+    return CheckResult(
+        exercise_id,
+        False,
+        f"the checker itself failed. This is a bug in the course, not in your code:\n"
+        f"  {type(exc).__name__}: {str(exc)[:300]}{where}\n"
+        f"Please report it to the course maintainers with the exercise id and this message. Meanwhile, "
+        f'compare your code with show_solution("{exercise_id}").',
+        "not yet",
+    )
+
+
+def _too_slow(exercise_id, stop, checker):
+    if not stop.arguments and not raised_in_learner_code(stop, checker=checker):
+        return _checker_failed(exercise_id, RuntimeError(f"the check ran longer than {stop.seconds} s"))
+    called = f" (called with {stop.arguments})" if stop.arguments else ""
+    return CheckResult(
+        exercise_id,
+        False,
+        f"your code ran longer than {stop.seconds} s{called} and was stopped: an endless loop? Check that "
+        f"every `while` loop's condition eventually becomes False. (Or very slow: a Python loop over every "
+        f"number where one tensor operation would do?)",
+        "not yet",
+    )
+
+
 def _run(exercise_id, candidate):
+    if not isinstance(exercise_id, str):
+        return _wrong_call(exercise_id, candidate)
     try:
         ex = _lookup(exercise_id)
     except KeyError as e:
-        return CheckResult(str(exercise_id), False, e.args[0], "not yet")
+        return CheckResult(exercise_id, False, e.args[0], "not yet")
+    except Exception as e:  # an exercise module that fails to import
+        return _checker_failed(exercise_id, e)
     try:
-        ex.checker(candidate)
-    except NotAttempted:
-        return CheckResult(
-            exercise_id,
-            False,
-            "your code still raises NotImplementedError: fill in the cell above, run it, then run this check again.",
-            "not attempted",
-        )
+        with preserved_state(), time_limit(checking.TIME_LIMIT_S):
+            ex.checker(candidate)
+    except NotAttempted as n:
+        if n.stub is not None:
+            return _helper_stub(exercise_id, n.stub)
+        return CheckResult(exercise_id, False, _NOT_ATTEMPTED, "not attempted")
     except Mistake as m:
         return CheckResult(exercise_id, False, str(m), "not yet")
-    except Exception as e:  # a bug in the candidate that escaped the checker's helpers
-        return CheckResult(exercise_id, False, explain_exception(e), "not yet")
+    except TimeLimitExceeded as stop:
+        return _too_slow(exercise_id, stop, ex.checker)
+    except SystemExit:  # learner code the checker ran without `call`
+        return CheckResult(exercise_id, False, checking.EXIT_ADVICE, "not yet")
+    except Exception as e:
+        if raised_in_learner_code(e, checker=ex.checker):
+            return CheckResult(exercise_id, False, explain_exception(e), "not yet")
+        return _checker_failed(exercise_id, e)
     return CheckResult(exercise_id, True, "all checks passed. Well done!", "passed")
 
 
@@ -147,11 +249,39 @@ def solution(exercise_id):
     return _lookup(exercise_id).solution
 
 
+def _imports_for(source, module):
+    """Import lines for the module-level names ``source`` uses from ``module``, so it runs when pasted."""
+    used = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    plain, from_lines = set(), {}
+    for name in sorted(used & set(vars(module))):
+        obj = vars(module)[name]
+        if inspect.ismodule(obj):
+            plain.add(f"import {obj.__name__}" + ("" if obj.__name__ == name else f" as {name}"))
+            continue
+        home = getattr(obj, "__module__", None)  # import functions and classes from where they are defined
+        if not (isinstance(home, str) and getattr(sys.modules.get(home), name, None) is obj):
+            home = module.__name__
+        from_lines.setdefault(home, []).append(name)
+    froms = []
+    for home, names in sorted(from_lines.items()):
+        line = f"from {home} import {', '.join(names)}"
+        froms.append(
+            line if len(line) <= 100 else f"from {home} import (\n" + "".join(f"    {n},\n" for n in names) + ")"
+        )
+    return sorted(plain) + froms
+
+
 def show_solution(exercise_id):
-    """Show the source of the reference solution (the code course_utils runs)."""
+    """Show the reference solution (the code course_utils runs), ready to paste into the exercise cell:
+    its source, preceded by the imports of everything it uses (helpers of the course included)."""
     try:
         sol = solution(exercise_id)
     except KeyError as e:
         return _show(e.args[0])
-    source = f"# {sol.__module__}.{sol.__qualname__}\n" + inspect.getsource(sol)
-    _show(source, {"text/markdown": f"```python\n{source}```"})
+    source = textwrap.dedent(inspect.getsource(sol))
+    imports = "\n".join(_imports_for(source, sys.modules[sol.__module__]))
+    text = f"# {sol.__module__}.{sol.__qualname__}\n" + (f"{imports}\n\n\n" if imports else "") + source
+    if inspect.isfunction(sol) and exercise_id.isidentifier() and exercise_id != sol.__name__:
+        # the exercise cell defines a function named like the exercise id: bind the solution to that name
+        text += f"\n\n{exercise_id} = {sol.__name__}\n"
+    _show(text, {"text/markdown": f"```python\n{text}```"})

@@ -1,23 +1,44 @@
 """Helpers every checker uses: call a candidate safely, compare, name mistakes.
 
 A checker raises ``Mistake(message)``; ``check`` turns that into a "not yet"
-with the message. ``call`` turns a stub's NotImplementedError into
-``NotAttempted`` and any other exception into a Mistake that explains it.
+with the message. ``call`` runs the learner's code: it turns a stub's
+NotImplementedError into ``NotAttempted`` and any other exception into a
+Mistake that explains it and names the arguments it was called with. So an
+exception that reaches ``check`` some other way comes from the checker itself.
 """
+
+import contextlib
+import inspect
+import random
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
 
 import torch
 
 __all__ = [
     "Mistake",
     "NotAttempted",
+    "TimeLimitExceeded",
+    "TIME_LIMIT_S",
+    "EXIT_ADVICE",
     "call",
     "explain_exception",
     "expect_tensor",
     "diagnose",
     "describe",
+    "describe_arguments",
     "close",
     "generator",
+    "preserved_state",
+    "time_limit",
+    "is_learner_code",
+    "raised_in_learner_code",
 ]
+
+TIME_LIMIT_S = 30  # a check stops learner code that runs longer than this (seconds; None: no limit)
 
 
 class Mistake(Exception):
@@ -25,65 +46,273 @@ class Mistake(Exception):
 
 
 class NotAttempted(Exception):
-    """The candidate still raises NotImplementedError."""
+    """The candidate still raises NotImplementedError.
+
+    ``stub`` is None when the candidate itself is the stub, else the name of the
+    learner's own helper (called by the candidate) that still is one."""
+
+    def __init__(self, stub=None):
+        super().__init__(stub)
+        self.stub = stub
 
 
-# Known error messages -> what a learner should do about them.
+class TimeLimitExceeded(BaseException):
+    """Learner code ran past the time limit. A BaseException, so `except Exception` cannot swallow it."""
+
+    def __init__(self, seconds):
+        super().__init__(seconds)
+        self.seconds = seconds
+        self.arguments = ""  # what the candidate was called with, if the limit hit inside `call`
+
+
+EXIT_ADVICE = (
+    "your code called sys.exit() or exit(), which would stop the whole program: "
+    "return a value (or raise an exception) instead."
+)
+
+# Known error messages -> what a learner should do about them. First match wins.
 _EXPLANATIONS = [
     (
-        "view size is not compatible with input tensor's size and stride",
+        ("view size is not compatible with input tensor's size and stride",),
         "`.view()` needs a contiguous tensor, and a permuted/transposed tensor is not contiguous: "
         "use `.contiguous().view(...)` or `.reshape(...)`.",
     ),
     (
-        "mat1 and mat2 shapes cannot be multiplied",
+        ("Boolean value of Tensor with more than one value is ambiguous",),
+        "`if mask:` (or `and`/`or`/`not` on a tensor) asks for one True/False, but a tensor holds many. "
+        "To test whether an argument was given, write `if mask is not None:`.",
+    ),
+    (
+        ("before Module.__init__() call",),
+        "your class's `__init__` must call `super().__init__()` first, before it creates any layer "
+        "(nn.Module sets up its bookkeeping there).",
+    ),
+    (
+        ("must be tuple of ints,but got float", "must be tuple of ints, not float", "got (float"),
+        "a shape got a float: `/` always gives a float in Python (8 / 2 == 4.0). "
+        "Use // for integer division: `d_model // num_heads`.",
+    ),
+    (
+        ("'float' object cannot be interpreted as an integer",),
+        "a float was used where an int is needed (a size or a range): `/` always gives a float. "
+        "Use // for integer division: `d_model // num_heads`.",
+    ),
+    (
+        ("'tuple' and 'Tensor'", "'Tensor' and 'tuple'", "must be Tensor, not tuple", "'tuple' object has no attr"),
+        "a tuple arrived where a tensor was expected. scaled_dot_product_attention returns (output, weights): "
+        "unpack it, `output, weights = scaled_dot_product_attention(q, k, v, mask)`, and pass on `output`.",
+    ),
+    (
+        ("where expected condition to be a boolean tensor", "only supports boolean masks"),
+        "a 0/1 integer mask is not a condition: turn it into True/False first, `mask.bool()` or `mask == 1` "
+        "(and `mask == 0` for the positions that may not attend).",
+    ),
+    (
+        ("mat1 and mat2 shapes cannot be multiplied",),
         "a matrix product got shapes that do not line up: print the shapes; did you forget a transpose?",
     ),
     (
-        "must match the size of tensor",
+        ("must match the size of tensor",),
         "two tensors' shapes do not line up: print the shapes of what you combine "
         "(often a missing transpose or permute, or a reduction without keepdim=True)",
     ),
     (
-        "Dimension out of range",
+        ("Dimension out of range",),
         "an index or `dim=` points past the tensor's dimensions: count the dimensions with `.dim()`.",
     ),
-    ("expected scalar type", "two tensors have different dtypes: keep everything in the input's dtype."),
-    ("shape '[", "a reshape/view asked for a shape whose size does not match the tensor: check the numbers you pass."),
-    ("NoneType", "something is None: did you forget a `return`?"),
+    (("expected scalar type",), "two tensors have different dtypes: keep everything in the input's dtype."),
+    (
+        ("shape '[",),
+        "a reshape/view asked for a shape whose size does not match the tensor: check the numbers you pass.",
+    ),
+    (("NoneType",), "something is None: did you forget a `return`?"),
 ]
 
 
-def explain_exception(exc):
+def explain_exception(exc, arguments=""):
+    """'your code raised ...', the call that triggered it, and advice for known errors."""
     text = f"{type(exc).__name__}: {exc}"
-    for needle, advice in _EXPLANATIONS:
-        if needle in str(exc):
-            return f"your code raised {text}\n-> {advice}"
-    return f"your code raised {text}\n-> read the error above, fix the cell, run it and check again."
+    where = f"\n(while called with {arguments})" if arguments else ""
+    for needles, advice in _EXPLANATIONS:
+        if any(needle in str(exc) for needle in needles):
+            return f"your code raised {text}{where}\n-> {advice}"
+    return f"your code raised {text}{where}\n-> read the error above, fix the cell, run it and check again."
+
+
+# --------------------------------------------------------------------------- whose code is it?
+
+_COURSE_DIR = str(Path(__file__).resolve().parent.parent)  # course_utils/
+_LIBRARY_DIRS = tuple({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+
+
+def is_learner_code(code):
+    """True for code written by the learner: not the course's package, not Python or an installed library."""
+    filename = code.co_filename
+    if filename.startswith("<frozen"):
+        return False
+    if filename.startswith("<"):  # exec'd or typed-in code
+        return True
+    path = str(Path(filename).resolve())
+    return not path.startswith(_COURSE_DIR) and not path.startswith(_LIBRARY_DIRS)
+
+
+def _frames(exc):
+    tb = exc.__traceback__
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
+
+
+def raised_in_learner_code(exc, checker=None):
+    """True if the exception passed through learner code on its way up (the checker itself does not count)."""
+    skip = getattr(checker, "__code__", None)
+    return any(is_learner_code(frame.f_code) and frame.f_code is not skip for frame in _frames(exc))
+
+
+def _own_code(candidate):
+    """The code objects of the candidate itself: the function, or the methods of the learner's class."""
+    if inspect.ismethod(candidate):
+        candidate = candidate.__func__
+    if inspect.isfunction(candidate):
+        return {inspect.unwrap(candidate).__code__}
+    cls = candidate if inspect.isclass(candidate) else type(candidate)
+    return {
+        f.__code__
+        for klass in cls.__mro__
+        for f in vars(klass).values()
+        if inspect.isfunction(f) and is_learner_code(f.__code__)
+    }
+
+
+def _not_implemented(candidate, exc, arguments):
+    """NotAttempted if a stub of the learner raised it, else a Mistake that says what happened."""
+    frame = list(_frames(exc))[-1]  # where it was raised
+    code = frame.f_code
+    if code in _own_code(candidate):
+        return NotAttempted()
+    if is_learner_code(code):
+        return NotAttempted(stub=code.co_name)
+    if code.co_name == "_forward_unimplemented":  # nn.Module without a `forward`
+        return Mistake(
+            f"your module has no `forward` method, so nn.Module does not know what to compute. Define "
+            f"`def forward(self, ...)` inside the class (check the spelling and the indentation).\n({exc})"
+        )
+    return Mistake(explain_exception(exc, arguments))
+
+
+# --------------------------------------------------------------------------- calling learner code
 
 
 def _clone(x):
     return x.detach().clone() if isinstance(x, torch.Tensor) else x
 
 
+def _unchanged(before, after):
+    if not isinstance(before, torch.Tensor):
+        return True
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return False
+    if before.is_floating_point():
+        return torch.allclose(before, after, rtol=0, atol=0, equal_nan=True)
+    return torch.equal(before, after)
+
+
+def _named_arguments(candidate, args, kwargs):
+    """(parameter name, value) pairs as the candidate sees them; 'argument i' if its signature does not fit."""
+    target = candidate.forward if isinstance(candidate, torch.nn.Module) else candidate
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return [(f"argument {i + 1}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    bound.apply_defaults()
+    pairs = []
+    for name, value in bound.arguments.items():
+        kind = inspect.signature(target).parameters[name].kind
+        if kind == inspect.Parameter.VAR_POSITIONAL:
+            pairs += [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+        elif kind == inspect.Parameter.VAR_KEYWORD:
+            pairs += list(value.items())
+        else:
+            pairs.append((name, value))
+    return pairs
+
+
+def describe_arguments(pairs):
+    """'q [2, 3, 5, 8] float32, k [2, 3, 7, 8], mask=None': shapes, and dtypes where they change."""
+    parts, last_dtype = [], None
+    for name, value in pairs:
+        if isinstance(value, torch.Tensor):
+            dtype = "" if value.dtype == last_dtype else f" {str(value.dtype).removeprefix('torch.')}"
+            parts.append(f"{name} {list(value.shape)}{dtype}")
+            last_dtype = value.dtype
+        elif value is None or isinstance(value, (bool, int, float, str, list, tuple)):
+            shown = " ".join(repr(value).split())
+            parts.append(f"{name}={shown if len(shown) <= 40 else shown[:37] + '...'}")
+        else:  # a layer, an optimizer, ...: its type says enough
+            parts.append(f"{name} (a {type(value).__name__})")
+    return ", ".join(parts)
+
+
+def _tensors(result):
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [t for t in result if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _check_result(result, pairs, arguments):
+    input_dtypes = {v.dtype for _, v in pairs if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    if input_dtypes == {torch.float32} and any(t.dtype == torch.float64 for t in _tensors(result)):
+        raise Mistake(_float64_message(f"(called with {arguments})"))
+
+
+def _float64_message(where):
+    return (
+        f"your output is float64, but the inputs were float32 {where}. Something in your code made a float64 "
+        "tensor (from a numpy array, with dtype=torch.float64, or after torch.set_default_dtype(torch.float64)) "
+        "and PyTorch promoted the result to float64. Keep the input's dtype: use Python numbers such as "
+        "math.sqrt(d_k), and make new tensors with dtype=x.dtype (or torch.ones_like(x), x.new_tensor(...))."
+    )
+
+
 def call(candidate, *args, **kwargs):
-    """Call the candidate on copies of the inputs and fail if it changes them in place."""
-    originals = [_clone(a) for a in args]
+    """Call learner code; explain what goes wrong, naming the arguments it was called with.
+
+    Fails if the candidate changes an input tensor in place or turns float32 inputs
+    into a float64 output."""
+    if not callable(candidate):
+        raise Mistake(
+            f"check needs your function (or class) itself, but got {type(candidate).__name__} {describe(candidate)}. "
+            f'Pass the name without calling it: check("exercise_id", my_function), not my_function(...).'
+        )
+    pairs = _named_arguments(candidate, args, kwargs)
+    arguments = describe_arguments(pairs)
+    originals = [(name, _clone(value)) for name, value in pairs]
     try:
         result = candidate(*args, **kwargs)
-    except NotImplementedError:
-        raise NotAttempted() from None
+    except NotImplementedError as exc:
+        raise _not_implemented(candidate, exc, arguments) from None
     except Mistake:
         raise
+    except SystemExit:
+        raise Mistake(f"{EXIT_ADVICE}\n(while called with {arguments})") from None
+    except TimeLimitExceeded as stop:
+        stop.arguments = arguments
+        raise
     except Exception as exc:
-        raise Mistake(explain_exception(exc)) from None
-    for i, (before, after) in enumerate(zip(originals, args, strict=True)):
-        if isinstance(before, torch.Tensor) and not torch.equal(before, after):
+        raise Mistake(explain_exception(exc, arguments)) from None
+    for (name, before), (_, after) in zip(originals, pairs, strict=True):
+        if not _unchanged(before, after):
             raise Mistake(
-                f"your function changed its input (argument {i + 1}) in place. Use out-of-place "
-                f"operations (`x = x - m`, not `x -= m` or `x.sub_(m)`), so the caller's tensor stays as it was."
+                f"your function changed `{name}` in place. Use out-of-place operations (`x = x - m`, not "
+                f"`x -= m` or `x.sub_(m)`), so the caller's tensor stays as it was."
             )
+    _check_result(result, pairs, arguments)
     return result
+
+
+# --------------------------------------------------------------------------- comparing results
 
 
 def describe(t, n=4):
@@ -97,9 +326,18 @@ def describe(t, n=4):
 
 
 def expect_tensor(got, shape=None, dtype=None, what="output"):
+    if got is None:
+        raise Mistake(f"your function returned None: did you forget the `return` line? (the {what} is None)")
     if not isinstance(got, torch.Tensor):
-        hint = " (did you return a tuple where one tensor was expected?)" if isinstance(got, tuple) else ""
+        hint = ""
+        if isinstance(got, tuple):
+            hint = (
+                " (did you return a tuple where one tensor was expected? scaled_dot_product_attention returns "
+                "(output, weights): unpack it, `output, weights = scaled_dot_product_attention(...)`)"
+            )
         raise Mistake(f"the {what} should be a torch.Tensor, but it is {type(got).__name__}{hint}.")
+    if dtype is not None and got.dtype != dtype and (dtype, got.dtype) == (torch.float32, torch.float64):
+        raise Mistake(_float64_message(f"({what})"))
     if shape is not None and tuple(got.shape) != tuple(shape):
         raise Mistake(f"the {what} should have shape {tuple(shape)}, but has shape {tuple(got.shape)}.")
     if dtype is not None and got.dtype != dtype:
@@ -107,7 +345,7 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
 
 
 def close(a, b, atol=1e-5, rtol=1e-4):
-    """True if ``a`` is a tensor of ``b``'s shape with the same values (NaN equals NaN)."""
+    """True if ``a`` is a tensor of ``b``'s shape with the same values (NaN equals NaN), whatever the dtypes."""
     return (
         isinstance(a, torch.Tensor)
         and a.shape == b.shape
@@ -125,14 +363,17 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
 
     known_mistakes: (message, tensor the mistake would produce) pairs.
     nonfinite_advice: what to say when the output has NaN/inf that the reference has not.
+    A float64 output where the reference is float32 is a mistake of its own.
     """
+    where = f" ({context})" if context else ""
+    if isinstance(got, torch.Tensor) and (expected.dtype, got.dtype) == (torch.float32, torch.float64):
+        raise Mistake(_float64_message(where.strip()))
     expect_tensor(got, expected.shape, what=what)
     if close(got, expected, atol, rtol):
         return
     for message, wrong in known_mistakes:
         if close(got, wrong, atol, rtol):
             raise Mistake(message)
-    where = f" ({context})" if context else ""
     if not torch.isfinite(got).all() and torch.isfinite(expected).all():
         advice = nonfinite_advice or "large inputs overflow exp()? subtract the row maximum first."
         raise Mistake(f"your {what} contains NaN or inf where the reference has none{where}: {advice}")
@@ -142,3 +383,72 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
         f"expected: {describe(expected)}\n"
         f"got:      {describe(got)}"
     )
+
+
+# --------------------------------------------------------------------------- guarding the learner's session
+
+
+@contextlib.contextmanager
+def preserved_state():
+    """Put back what learner code may change for the whole session: random states, default dtype,
+    grad mode, thread count and print options. A `torch.manual_seed` in a candidate must not
+    change the numbers of later cells."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved = (
+        torch.get_rng_state(),
+        torch.cuda.get_rng_state_all() if cuda else None,
+        random.getstate(),
+        _numpy_random_state(),
+        torch.get_default_dtype(),
+        torch.is_grad_enabled(),
+        torch.get_num_threads(),
+        torch._tensor_str.get_printoptions(),
+    )
+    try:
+        yield
+    finally:
+        torch_rng, cuda_rng, python_rng, numpy_rng, dtype, grad, threads, print_options = saved
+        torch.set_rng_state(torch_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        random.setstate(python_rng)
+        if numpy_rng is not None:
+            sys.modules["numpy"].random.set_state(numpy_rng)
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        torch.set_printoptions(**print_options)
+
+
+def _numpy_random_state():
+    numpy = sys.modules.get("numpy")  # only if something imported it already
+    return numpy.random.get_state() if numpy is not None else None
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise TimeLimitExceeded in the code inside after ``seconds``.
+
+    Uses SIGALRM, which exists on Linux and macOS and only on the main thread (where
+    Jupyter runs cells). Elsewhere, or if an earlier timer would fire first, no limit."""
+    usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    earlier = signal.getitimer(signal.ITIMER_REAL) if usable else (0.0, 0.0)
+    if not usable or 0 < earlier[0] <= seconds:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise TimeLimitExceeded(seconds)
+
+    previous_handler = signal.signal(signal.SIGALRM, stop)
+    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler if previous_handler is not None else signal.SIG_DFL)
+        if earlier[0] > 0:  # someone else's timer was running: give back what is left of it
+            left = max(earlier[0] - (time.monotonic() - start), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, earlier[1])

@@ -1,0 +1,71 @@
+"""What show_solution prints passes its checker when pasted into the exercise cell as it stands.
+
+For every exercise cell of every lesson (exercises added later included), the printed text
+is run in a fresh namespace that holds only what the notebook imported before that cell,
+as a learner's kernel would, and the object under the stub's name is checked.
+"""
+
+import ast
+
+import nbformat
+import pytest
+
+from course_utils.exercises import check, show_solution
+from tests.notebook_tools import code_cells, exercise_cells, lesson_notebooks, stub_name
+
+
+def _exercises():
+    for path in lesson_notebooks():
+        nb = nbformat.read(path, as_version=4)
+        cells = code_cells(nb)
+        for cell in exercise_cells(nb):
+            before = cells[: cells.index(cell)] if cell in cells else cells
+            yield pytest.param(cell, before, id=f"{path.name}:{cell.metadata['exercise_id']}")
+
+
+def _imports(cells):
+    """The import statements of the cells (IPython magics and shell lines left out)."""
+    lines = []
+    for cell in cells:
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                lines.append(ast.unparse(node))
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(("cell", "before"), list(_exercises()))
+def test_pasted_solution_passes_its_check(cell, before, capsys):
+    exercise_id = cell.metadata["exercise_id"]
+    show_solution(exercise_id)
+    shown = capsys.readouterr().out
+
+    namespace = {}
+    exec(_imports(before), namespace)
+    exec(shown, namespace)
+
+    name = stub_name(cell)
+    assert name in namespace, f"the shown solution does not define {name!r}, the name the exercise cell defines"
+    result = check(exercise_id, namespace[name], quiet=True)
+    assert result.passed, f"pasted solution of {exercise_id!r} fails its check: {result.message}\n---\n{shown}"
+
+
+def test_every_lesson_has_exercises_to_paste():
+    assert len(list(_exercises())) >= 7
+
+
+def _course_like_solution(scores):
+    return scores / scores.sum(dim=-1, keepdim=True)
+
+
+def test_a_solution_named_differently_from_its_exercise_is_bound_to_the_exercise_name(capsys):
+    from course_utils.exercises import _REGISTRY, exercise
+
+    exercise("normalise_alias", solution=_course_like_solution)(lambda candidate: None)
+    try:
+        show_solution("normalise_alias")
+    finally:
+        _REGISTRY.pop("normalise_alias")
+    namespace = {}
+    exec(capsys.readouterr().out, namespace)
+    assert namespace["normalise_alias"] is namespace["_course_like_solution"]
