@@ -239,6 +239,11 @@ SOFTMAX_MISTAKES = {
     ),
     "row max, then the sum of the whole tensor": (_row_max_whole_sum_softmax, ab.ROW_MAX_WHOLE_SUM),
     "no keepdim": (_no_keepdim_softmax, ab.KEEPDIM),
+    "max along another axis": (
+        lambda x, dim=-1: (lambda e: e / e.sum(dim=dim, keepdim=True))(torch.exp(x - x.amax(dim=0, keepdim=True))),
+        ab.MAX_OTHER_AXIS,
+    ),
+    "F.softmax without dim": (lambda x, dim=-1: F.softmax(x), ab.DIM_IGNORED),
     "no keepdim on the sum only": (
         lambda x, dim=-1: (lambda e: e / e.sum(dim=dim))(torch.exp(x - x.amax(dim=dim, keepdim=True))),
         "the row sum lost its axis",
@@ -261,6 +266,7 @@ def test_softmax_messages_are_distinct():
             assert a == b or (a not in b and b not in a), (a, b)
 
 
+@pytest.mark.filterwarnings("ignore:Implicit dimension choice")
 @pytest.mark.parametrize("name", SOFTMAX_MISTAKES)
 def test_softmax_mistake_is_named(name):
     candidate, phrase = SOFTMAX_MISTAKES[name]
@@ -341,6 +347,9 @@ SCORE_MISTAKES = {
     "keys first with .T (2-D habit)": (lambda q, k: k @ q.T, qkv.KEYS_FIRST),
     "k.T": (lambda q, k: q @ k.T, qkv.ONLY_UNBATCHED),
     "k.transpose(0, 1)": (lambda q, k: q @ k.transpose(0, 1), qkv.ONLY_UNBATCHED),
+    "torch.mm": (lambda q, k: torch.mm(q, k.t()), qkv.ONLY_UNBATCHED),
+    "k.transpose(1, 2)": (lambda q, k: q @ k.transpose(1, 2), qkv.ONLY_BATCHED),
+    "divided by d": (lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1], "scaled the scores by d:"),
     "in place": (lambda q, k: q.mul_(1.0).add_(1.0) @ k.transpose(-2, -1), "in place"),
 }
 

@@ -44,6 +44,7 @@ DIM_IGNORED = "you ignored the dim argument"
 GLOBAL_MAX = "you subtracted the maximum of the whole tensor"
 NORMALISED_OVER_ALL = "you divided by the sum over the whole tensor"
 ROW_MAX_WHOLE_SUM = "each row's maximum is right, but the sum runs over the whole tensor"
+MAX_OTHER_AXIS = "you subtracted the maximum along another axis"
 KEEPDIM = "keepdim=True"
 MAX_IS_A_PAIR = "x.max(dim=...) gives values and indices"
 CAUSAL_TRANSPOSED = "your mask is transposed"
@@ -116,13 +117,19 @@ def _softmax_mistakes(x, dim):
     wrongs = []
     for other in range(x.dim()):
         if other != dim % x.dim():
-            wrongs.append(
+            e_other = torch.exp(x - x.amax(dim=other, keepdim=True))
+            wrongs += [
                 (
                     f"{DIM_IGNORED} or used the wrong axis: normalise along dim={dim} "
                     f"(you normalised along dim={other}).",
                     torch.softmax(x, dim=other),
-                )
-            )
+                ),
+                (
+                    f"{MAX_OTHER_AXIS} (dim={other}), but summed along dim={dim}: only a number that is the same "
+                    f"all along the softmax's own axis cancels out. Use x.amax(dim=dim, keepdim=True).",
+                    e_other / e_other.sum(dim=dim, keepdim=True),
+                ),
+            ]
     e = torch.exp(x - x.amax(dim=dim, keepdim=True))  # the right numerator
     wrongs += [
         (

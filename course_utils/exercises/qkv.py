@@ -23,6 +23,7 @@ DIAGONAL_ONLY = "you paired each query only with the key at the same position"
 SCALED = "you scaled the scores"
 SOFTMAXED = "you applied softmax"
 ONLY_UNBATCHED = "works on one sentence (2-D) but not on a batch"
+ONLY_BATCHED = "counts axes from the front, so it fails on one sentence (2-D)"
 OTHER_DEVICE = "your scores are on another device"
 
 _RIGHT_WAY = "queries @ keys.transpose(-2, -1)"
@@ -54,6 +55,7 @@ def _mistakes(q, k):
             f"{SCALED} by sqrt(d): that is lesson 02's step 2; here return the raw dot products q . k.",
             lambda: q @ kt / d**0.5,
         ),
+        (f"{SCALED} by d: here return the raw dot products q . k, not scaled at all.", lambda: q @ kt / d),
         (
             f"{SOFTMAXED}: here return the raw scores (any real numbers), not weights that sum to 1.",
             lambda: torch.softmax(q @ kt, dim=-1),
@@ -129,12 +131,27 @@ def _right_on_one_sentence(candidate, q, k):
         return False
 
 
+def _right_as_a_batch_of_one(candidate, q, k):
+    """True if the candidate gets a 2-D case right when it is given as a batch of one sentence."""
+    try:
+        got = call(candidate, q[None].clone(), k[None].clone())
+    except (Mistake, NotAttempted):
+        return False
+    return _same(got, attention_scores(q, k)[None])
+
+
 def _explain_failure(candidate, description, q, k, detail):
     """Name why the candidate failed on a case (it raised, or returned something we do not recognise)."""
     if q.dim() > 2 and _right_on_one_sentence(candidate, q, k):
         raise Mistake(
             f"your function {ONLY_UNBATCHED} ({description}). `keys.T` / `keys.t()` are for 2-D tensors; "
             f"`keys.transpose(-2, -1)` swaps the last two axes whatever comes before.\n{detail}"
+        )
+    if q.dim() == 2 and _right_as_a_batch_of_one(candidate, q, k):
+        raise Mistake(
+            f"your function {ONLY_BATCHED} ({description}): it is right on a batch, but `permute(0, 2, 1)` or "
+            f"`transpose(1, 2)` name axes by their place from the front. `keys.transpose(-2, -1)` counts from the "
+            f"back, so one line works for [L, d], [B, L, d] and [B, H, L, d].\n{detail}"
         )
     message = _name_on_square_inputs(candidate)
     if message is not None:
