@@ -4,7 +4,7 @@ Lesson 02 says the course's reference gives such a row zero weights and a zero o
 PyTorch's math backend on the CPU does the same; fused GPU kernels have returned NaN there in some
 releases. These tests run every SDPA backend this machine has, on every device it has, skip the
 ones that refuse the inputs (with PyTorch's reason), and record what the masked row came out as
-(``-rA`` shows it; ``--junitxml`` stores it as the property ``fully_masked_row``).
+(``-rA`` shows it; ``--junitxml`` stores it as a ``fully_masked_row <dtype>`` property).
 """
 
 import warnings
