@@ -304,6 +304,16 @@ def test_an_error_names_the_arguments_of_the_call_that_raised():
     assert "mask=None" in _message_of(fails, q, k, v)
 
 
+def test_a_function_with_the_wrong_parameters_is_told_how_it_is_called():
+    def too_few(q, k, v):
+        return q
+
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    message = _message_of(too_few, torch.ones(2, 4), torch.ones(2, 4), torch.ones(2, 4), mask)
+    assert "keep the parameters of the exercise cell" in message
+    assert "argument 1 [2, 4] float32, argument 2 [2, 4], argument 3 [2, 4], argument 4 [2, 2] bool" in message
+
+
 def test_a_check_names_the_case_that_raised():
     def only_without_mask(q, k, v, mask=None):
         if mask is not None:

@@ -120,6 +120,12 @@ _EXPLANATIONS = [
         ("Dimension out of range",),
         "an index or `dim=` points past the tensor's dimensions: count the dimensions with `.dim()`.",
     ),
+    (
+        ("positional argument", "unexpected keyword argument", "required keyword-only argument"),
+        "a function got more or fewer arguments than its `def` line has parameters. If it is yours, keep the "
+        "parameters of the exercise cell (the checker calls it as shown above); else compare your call with "
+        "the function's parameters.",
+    ),
     (("expected scalar type",), "two tensors have different dtypes: keep everything in the input's dtype."),
     (
         ("shape '[",),
@@ -221,13 +227,14 @@ def _named_arguments(candidate, args, kwargs):
     """(parameter name, value) pairs as the candidate sees them; 'argument i' if its signature does not fit."""
     target = candidate.forward if isinstance(candidate, torch.nn.Module) else candidate
     try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
+        signature = inspect.signature(target)
+        bound = signature.bind(*args, **kwargs)
     except (TypeError, ValueError):
         return [(f"argument {i + 1}", a) for i, a in enumerate(args)] + list(kwargs.items())
     bound.apply_defaults()
     pairs = []
     for name, value in bound.arguments.items():
-        kind = inspect.signature(target).parameters[name].kind
+        kind = signature.parameters[name].kind
         if kind == inspect.Parameter.VAR_POSITIONAL:
             pairs += [(f"{name}[{i}]", v) for i, v in enumerate(value)]
         elif kind == inspect.Parameter.VAR_KEYWORD:
@@ -267,9 +274,9 @@ def _check_result(result, pairs, arguments):
         raise Mistake(_float64_message(f"(called with {arguments})"))
 
 
-def _float64_message(where):
+def _float64_message(where=""):
     return (
-        f"your output is float64, but the inputs were float32 {where}. Something in your code made a float64 "
+        f"your output is float64, but the inputs were float32{' ' + where if where else ''}. Something in your code made a float64 "
         "tensor (from a numpy array, with dtype=torch.float64, or after torch.set_default_dtype(torch.float64)) "
         "and PyTorch promoted the result to float64. Keep the input's dtype: use Python numbers such as "
         "math.sqrt(d_k), and make new tensors with dtype=x.dtype (or torch.ones_like(x), x.new_tensor(...))."
@@ -367,7 +374,7 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
     """
     where = f" ({context})" if context else ""
     if isinstance(got, torch.Tensor) and (expected.dtype, got.dtype) == (torch.float32, torch.float64):
-        raise Mistake(_float64_message(where.strip()))
+        raise Mistake(_float64_message(f"({context})" if context else ""))
     expect_tensor(got, expected.shape, what=what)
     if close(got, expected, atol, rtol):
         return
