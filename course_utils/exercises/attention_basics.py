@@ -3,12 +3,11 @@
 The solutions are the course's reference code: ``course_utils.softmax.stable_softmax``,
 ``course_utils.attention.scaled_dot_product_attention`` and ``causal_mask``.
 
-Fully masked query rows (a query with no key it may attend to) have no
-"right" softmax. The checker accepts the two NaN-free answers: all-zero
-weights and a zero output (the course's reference and PyTorch's own
-``F.scaled_dot_product_attention``), or uniform weights and the mean of the
-values (what filling with -1e9 gives). It rejects NaN, which is what filling
-with -inf gives, because one NaN row spreads to every later layer.
+A fully masked query row (a query with no key it may attend to) must come out
+as zero weights and a zero output, as in the course's reference and lesson 02:
+filling with -inf alone gives NaN there, which spreads to every later layer;
+filling with -1e9 gives uniform weights, a query attending to every key it was
+told not to. Each of the two gets its own message.
 """
 
 import math
@@ -40,6 +39,7 @@ OUTPUT_NOT_WEIGHTED_SUM = "the weights are right but the output is not weights @
 ONLY_UNBATCHED = "works on unbatched 2-D inputs but not on batched ones"
 ONLY_BATCHED = "your function counts axes from the front, so it fails on unbatched 2-D inputs"
 FULLY_MASKED_NAN = "a fully masked query row gave NaN"
+FULLY_MASKED_UNIFORM = "a fully masked query row got uniform weights"
 DIM_IGNORED = "you ignored the dim argument"
 GLOBAL_MAX = "you subtracted the maximum of the whole tensor"
 NORMALISED_OVER_ALL = "you divided by the sum over the whole tensor"
@@ -507,8 +507,15 @@ def check_scaled_dot_product_attention(candidate):
     _check_fully_masked_rows(candidate)
 
 
+_ZERO_THE_EMPTY_ROWS = (
+    "Required: zero weights and a zero output for such a row. How: fill with -inf and, after the softmax, zero "
+    "the weights of the rows that have no allowed key, `no_key = (mask == 0).all(dim=-1, keepdim=True)`, "
+    "`weights = weights.masked_fill(no_key, 0.0)`; `weights @ v` is then zero there too."
+)
+
+
 def _check_fully_masked_rows(candidate):
-    """A query that may attend to nothing: accept zeros (reference, PyTorch) or uniform (-1e9), reject NaN."""
+    """A query that may attend to nothing must get zero weights and a zero output (not NaN, not uniform)."""
     g = generator(4)
     q, k, v = torch.randn(2, 3, 8, generator=g), torch.randn(2, 5, 8, generator=g), torch.randn(2, 5, 4, generator=g)
     mask = torch.ones(2, 3, 5, dtype=torch.bool)
@@ -524,13 +531,8 @@ def _check_fully_masked_rows(candidate):
     if torch.isnan(weights[empty]).any() or torch.isnan(out[empty]).any():
         raise Mistake(
             f"{FULLY_MASKED_NAN} ({description}). Every score of that row is -inf, and softmax computes 0/0 = NaN "
-            f"there. Required: zero weights and a zero output for such a row, because one NaN row spreads to every "
-            f"later layer (lesson 02, fully masked rows). How: after the softmax, zero the weights of the rows "
-            f"that have no allowed key, `no_key = (mask == 0).all(dim=-1, keepdim=True)`, "
-            f"`weights = weights.masked_fill(no_key, 0.0)`; `weights @ v` is then zero there too. "
-            f"(Not `weights.nan_to_num(0.0)`: it would also hide a NaN that comes from broken inputs. Filling with "
-            f"-1e9 instead of -inf, as seed 001 does, avoids the NaN too: such a row then gets uniform weights, "
-            f"which the checker also accepts.)"
+            f"there; one NaN row spreads to every later layer (lesson 02, fully masked rows). {_ZERO_THE_EMPTY_ROWS} "
+            f"(Not `weights.nan_to_num(0.0)`: it would also hide a NaN that comes from broken inputs.)"
         )
     if not (close(weights[~empty], expected_w[~empty]) and close(out[~empty], expected_out[~empty])):
         raise Mistake(
@@ -538,13 +540,16 @@ def _check_fully_masked_rows(candidate):
             f"expected: {describe(expected_w[~empty])}\ngot:      {describe(weights[~empty])}"
         )
     row_w, row_out = weights[0, 1], out[0, 1]
-    zeros_ok = close(row_w, torch.zeros(5)) and close(row_out, torch.zeros(4))
-    uniform_ok = close(row_w, torch.full((5,), 0.2)) and close(row_out, v[0].mean(dim=0))
-    torch_sdpa_ok = close(row_w, torch.full((5,), 0.2)) and close(row_out, torch.zeros(4))
-    if not (zeros_ok or uniform_ok or torch_sdpa_ok):
+    if close(row_w, torch.full((5,), 0.2)):
         raise Mistake(
-            f"the fully masked row should be all zeros (weights and output), or uniform weights 1/L_k with the "
-            f"mean of the values ({description}).\ngot weights {describe(row_w, 5)}, output {describe(row_out)}"
+            f"{FULLY_MASKED_UNIFORM} 1/L_k ({description}): that is what filling with -1e9 (seed 001) or "
+            f"torch.finfo(dtype).min gives, since all the row's scores are then equal. The query attends to "
+            f"every key it was told not to. {_ZERO_THE_EMPTY_ROWS}"
+        )
+    if not (close(row_w, torch.zeros(5)) and close(row_out, torch.zeros(4))):
+        raise Mistake(
+            f"the fully masked row should be all zeros, weights and output ({description}). {_ZERO_THE_EMPTY_ROWS}"
+            f"\ngot weights {describe(row_w, 5)}, output {describe(row_out)}"
         )
 
 
