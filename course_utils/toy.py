@@ -1,11 +1,13 @@
 """The course's toy sentence: "Orange is my favorite fruit".
 
 Five tokens with hand-made, readable embeddings (one named feature per
-dimension) and hand-made query/key/value projections, stored in
-``data/orange_toy.json``. The attention weights are computed here, at run time,
-with the course's reference ``scaled_dot_product_attention``; the projections
-were chosen so that the query "Orange" gives the slide's weights
-.21 .03 .05 .31 .40 (Orange, is, my, favorite, fruit).
+dimension) and query/key/value projections, stored in ``data/orange_toy.json``.
+Every number is chosen by hand except one column of the query projection: the
+"colour" column, which only "Orange" uses, was solved for (and rounded to two
+decimals) so that the query "Orange" gives the slide's weights
+.21 .03 .05 .31 .40 (Orange, is, my, favorite, fruit); lesson 01 redoes that
+calculation. The attention weights are computed here, at run time, with the
+course's reference ``scaled_dot_product_attention``.
 """
 
 import json
