@@ -60,6 +60,11 @@ browser:
 progress:
 	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/progress.py $(NOTEBOOKS_DIR)
 
+# What is wrong with this machine for the course, and the fix for each (paste it into bug reports);
+# runs with .venv's Python when there is one, so it also works when the install is broken
+doctor:
+	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/doctor.py
+
 # Instructors and CI: run copies of the notebooks in NOTEBOOKS_DIR, check every exercise, write
 # artifacts/grade/grade.md and grade.json; exit 1 unless all passed (ALLOW_NOT_ATTEMPTED=1 lets stubs pass)
 NOTEBOOKS_DIR ?= notebooks
