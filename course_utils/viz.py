@@ -19,17 +19,24 @@ and JavaScript, no network access, so it works offline), with a static PNG pictu
 in the same output for places that do not run JavaScript (GitHub, untrusted
 notebooks). The HTML is deterministic: weights are rounded to 3 decimals and element
 ids are a hash of the data, so re-running a cell gives byte-identical output.
+The views' JavaScript lives in ``views/attention_views.js`` and is inlined into each output.
+
+Long texts stay quick and small: heatmaps drop the per-cell numbers past
+``ANNOTATE_MAX_TOKENS`` tokens and shrink their panels to fit a capped figure; the head and
+model views show the first ``max_tokens`` tokens (64 unless you ask for more) and say so.
 """
 
 import base64
+import functools
 import hashlib
 import html
 import json
 import math
+import operator
 import struct
 import textwrap
 import zlib
-from numbers import Integral
+from pathlib import Path
 
 import numpy as np
 
@@ -45,15 +52,27 @@ __all__ = [
     "HEAD_COLORS",
 ]
 
-# seaborn's "colorblind" palette, one colour per head (cycled after 10), with its two palest
-# colours replaced so thin lines and head labels stay visible on white: yellow #ece133 darkened,
-# pink #fbafe4 swapped for the wine of Paul Tol's colour-blind-safe "muted" palette.
+# One colour per head, chosen so that any two of the 12 stay apart (CIE76 Delta-E >= 25 in
+# Lab) for normal vision and under simulated protanopia, deuteranopia and tritanopia (Machado
+# et al. 2009), each with contrast >= 2 against white so thin lines stay visible
+# (tests/test_viz_data.py measures this). Heads 12-23 reuse the colours with dashed lines.
 HEAD_COLORS = [
-    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc",
-    "#ca9161", "#882255", "#949494", "#c4b200", "#56b4e9",
+    "#0000ff", "#ff9600", "#00c3a5", "#d22d5a", "#a54bff", "#966900",
+    "#004b1e", "#f087ff", "#87005a", "#7878a5", "#c3b469", "#5a00a5",
 ]  # fmt: skip
 HEATMAP_CMAP = "viridis"  # sequential and colour-blind safe
 DIVERGING_CMAP = "RdBu_r"  # for signed numbers (q, k, q*k): blue < 0 < red, colour-blind safe
+ANNOTATE_MAX_TOKENS = 12  # heatmaps write a number in each cell up to this many tokens: more would not fit
+MAX_TOKENS = 64  # the head and model views show this many tokens unless asked for more (keeps outputs < 2 MB)
+MAX_FIGURE_INCHES = (16.0, 16.0)  # the largest heatmap figure, however many heads and tokens
+TICK_FONT = 8  # the smallest text in a figure, in points
+JS_PATH = Path(__file__).with_name("views") / "attention_views.js"
+
+
+def head_style(head):
+    """A head's colour and whether its lines are dashed (heads past the palette's 12)."""
+    return HEAD_COLORS[head % len(HEAD_COLORS)], (head // len(HEAD_COLORS)) % 2 == 1
+
 
 # ----------------------------------------------------------------------------
 # One input format
@@ -76,6 +95,16 @@ def _is_low_precision(x):
     return "float16" in dtype or "bfloat16" in dtype
 
 
+def _as_index(value, name):
+    """An int, numpy int or integer 0-d tensor -> int; anything else (1.0, "1", True) -> a clear error."""
+    if isinstance(value, bool) or isinstance(value, float):
+        raise TypeError(f"{name} must be a whole number such as 1, got {value!r} ({type(value).__name__})")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a whole number such as 1, got {value!r} ({type(value).__name__})") from None
+
+
 def _pick_batch(arr, batch_index, layout):
     """arr has a batch axis first; keep one sequence of it."""
     batch = arr.shape[0]
@@ -86,7 +115,8 @@ def _pick_batch(arr, batch_index, layout):
                 f"pass batch_index=0..{batch - 1} to choose which one to show"
             )
         batch_index = 0
-    if not isinstance(batch_index, Integral) or not -batch <= batch_index < batch:
+    batch_index = _as_index(batch_index, "batch_index")
+    if not -batch <= batch_index < batch:
         raise ValueError(f"batch_index={batch_index!r} is out of range for a batch of {batch} sequences")
     return arr[batch_index]
 
@@ -96,7 +126,10 @@ def _token_lists(tokens, n_queries, n_keys):
 
     Self-attention takes one list; cross-attention (queries from one sequence,
     keys from another) takes a pair (query_tokens, key_tokens).
+    None labels the positions 0, 1, 2, ...
     """
+    if tokens is None:
+        return [str(i) for i in range(n_queries)], [str(i) for i in range(n_keys)]
     if isinstance(tokens, str):
         raise TypeError("tokens must be a list of strings, one per position, not one string (use .split())")
     tokens = list(tokens)
@@ -209,12 +242,15 @@ def _select(arr, layers=None, heads=None):
     def indices(choice, n, name):
         if choice is None:
             return list(range(n))
-        items = [choice] if isinstance(choice, Integral) else list(choice)
+        if isinstance(choice, str):
+            raise TypeError(f"{name}s must be an index or a list of indices, got {choice!r}")
+        items = [choice] if np.ndim(choice) == 0 else list(choice)  # 2, np.int64(2) or [0, 2]
         if not items:
             raise ValueError(f"no {name}s chosen")
         out = []
         for i in items:
-            if not isinstance(i, Integral) or not -n <= i < n:
+            i = _as_index(i, name)
+            if not -n <= i < n:
                 raise ValueError(f"{name} {i!r} does not exist: the attention has {n} {name}s (0..{n - 1})")
             out.append(int(i) % n)
         return out
@@ -248,45 +284,104 @@ def _suptitle(fig, text, width_inches, fontsize=10):
 
 
 def _tick_font(n):
-    return 10 if n <= 10 else 8 if n <= 20 else 6
+    return 10 if n <= 10 else TICK_FONT
 
 
-def _draw_heatmap(ax, weights, query_tokens, key_tokens, vmin, vmax, annotate, cbar, cmap, cbar_ax=None):
-    import seaborn as sns
+def _label_step(n, length_inches, fontsize=TICK_FONT):
+    """Label every step-th token so that labels (1.3 font sizes apart) fit along length_inches."""
+    return max(1, math.ceil(n * 1.3 * fontsize / 72 / max(length_inches, 1e-9)))
 
-    n_q, n_k = weights.shape
-    sns.heatmap(
-        weights,
-        ax=ax,
-        vmin=vmin,
-        vmax=vmax,
-        cmap=cmap,
-        annot=annotate,
-        fmt=".2f",
-        annot_kws={"fontsize": 9 if max(n_q, n_k) <= 8 else 7},
-        square=True,
-        cbar=cbar,
-        cbar_ax=cbar_ax,
-        cbar_kws={"label": "attention weight", "shrink": 0.8} if cbar else None,
-        linewidths=0.5,
-        linecolor="white",
-        xticklabels=key_tokens,
-        yticklabels=query_tokens,
+
+def _set_token_ticks(ax, axis, tokens, length_inches, fontsize):
+    """Token labels at the cell centres of a heatmap, thinned out when they would overlap."""
+    step = _label_step(len(tokens), length_inches, fontsize)
+    shown = range(0, len(tokens), step)
+    set_ticks = ax.set_xticks if axis == "x" else ax.set_yticks
+    set_ticks([i + 0.5 for i in shown], [tokens[i] for i in shown], fontsize=fontsize)
+
+
+def _matrix(ax, values, cmap, vmin, vmax, numbers=None, fontsize=TICK_FONT, lines=True):
+    """values [rows, cols] as coloured cells, row 0 at the top (like a printed matrix).
+
+    Cell (i, j) spans x in [j, j+1] and y in [i, i+1]; numbers (strings, same shape) are
+    written in the cells, dark on light colours and white on dark ones.
+    Drawn with matplotlib alone: seaborn's heatmap redraws the whole figure once per panel.
+    """
+    values = np.asarray(values, dtype=float)
+    mesh = ax.pcolormesh(
+        values, cmap=cmap, vmin=vmin, vmax=vmax, edgecolors="white" if lines else "face", linewidth=0.5 if lines else 0
     )
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query (attending)")
-    long = max(len(t) for t in key_tokens) > 3 or n_k > 8
-    ax.tick_params(axis="x", labelrotation=45 if long else 0, labelsize=_tick_font(n_k))
-    ax.tick_params(axis="y", labelrotation=0, labelsize=_tick_font(n_q))
-    if long:
+    ax.set_xlim(0, values.shape[1])
+    ax.set_ylim(values.shape[0], 0)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    if numbers is not None:
+        for (i, j), text in np.ndenumerate(np.asarray(numbers, dtype=object)):
+            r, g, b, _ = mesh.cmap(mesh.norm(values[i, j]))
+            dark_cell = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45
+            ax.text(
+                j + 0.5,
+                i + 0.5,
+                text,
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                color="white" if dark_cell else "#222",
+            )
+    return mesh
+
+
+def _draw_heatmap(
+    ax, weights, query_tokens, key_tokens, vmin, vmax, annotate, cbar, cmap, cell_inches, label_x=True, label_y=True
+):
+    n_q, n_k = weights.shape
+    numbers = np.vectorize(lambda v: f"{v:.2f}")(weights) if annotate else None
+    lines = cell_inches >= 0.15  # white borders would hide small cells
+    mesh = _matrix(ax, weights, cmap, vmin, vmax, numbers, 9 if max(n_q, n_k) <= 8 else TICK_FONT, lines)
+    if cbar:
+        ax.figure.colorbar(mesh, ax=ax, label="attention weight", shrink=0.8)
+    # in a grid of heads the tokens are the same in every panel: label the outer ones only
+    if label_x:
+        ax.set_xlabel("key (attended to)")
+        _set_token_ticks(ax, "x", key_tokens, cell_inches * n_k, _tick_font(n_k))
+    if label_y:
+        ax.set_ylabel("query (attending)")
+        _set_token_ticks(ax, "y", query_tokens, cell_inches * n_q, _tick_font(n_q))
+    ax.tick_params(length=0)
+    # long words slant at 45 degrees; many tokens stand upright, one line-height apart
+    rotation = 90 if n_k > 8 else 45 if max(len(t) for t in key_tokens) > 3 else 0
+    ax.tick_params(axis="x", labelrotation=rotation)
+    ax.tick_params(axis="y", labelrotation=0)
+    if rotation == 45:
         for label in ax.get_xticklabels():
             label.set_horizontalalignment("right")
             label.set_rotation_mode("anchor")
 
 
+def _heatmap_layout(n_q, n_k, n_panels, max_cols, colour_bars, title):
+    """(rows, cols, cell size, figure size) of a grid of heatmaps, within MAX_FIGURE_INCHES."""
+    cols = min(n_panels, max_cols)
+    rows = math.ceil(n_panels / cols)
+    n = max(n_q, n_k)
+    cell = 0.5 if n <= 10 else 0.3 if n <= 30 else 0.15
+    labels_w, labels_h = 1.3, 1.0  # room for the token labels beside and below each panel
+    extra_w = 0.9 * colour_bars
+    extra_h = 0.4 if title else 0.0
+    # shrink the cells until the figure fits
+    width_cell = (MAX_FIGURE_INCHES[0] - extra_w - cols * labels_w) / (cols * n_k)
+    height_cell = (MAX_FIGURE_INCHES[1] - extra_h - rows * labels_h) / (rows * n_q)
+    cell = max(0.02, min(cell, width_cell, height_cell))
+    panel_w, panel_h = max(2.8, cell * n_k + labels_w), max(2.5, cell * n_q + labels_h)
+    size = (min(cols * panel_w + extra_w, MAX_FIGURE_INCHES[0]), min(rows * panel_h + extra_h, MAX_FIGURE_INCHES[1]))
+    return rows, cols, cell, size
+
+
 def heatmap(
     attn,
-    tokens,
+    tokens=None,
     layer=0,
     heads=None,
     shared_scale=True,
@@ -298,38 +393,37 @@ def heatmap(
 ):
     """Attention weights as a heatmap: queries as rows, keys as columns, a number in each cell.
 
-    heads: None (all heads of the layer), one index or a list -> one panel per head.
+    tokens: one string per position, (query_tokens, key_tokens), or None (positions 0, 1, ...).
+    layer: which layer (an integer). heads: None (all heads of the layer), one index or a
+    list -> one panel per head, at most max_cols panels a row.
     shared_scale=True: one colour scale (0 .. largest weight shown) and one colour bar, so
     colours compare across heads; False: each head gets its own scale (its smallest ..
     largest weight) and colour bar, which shows the structure inside a nearly flat head.
+    Long texts: past ANNOTATE_MAX_TOKENS tokens the cells carry no numbers (they would not
+    fit), token labels are thinned out, and the figure stays within MAX_FIGURE_INCHES.
     Returns the matplotlib Figure (display it with ``plt.show()``).
     """
     arr = normalize_attention(attn, tokens, batch_index)
     query_tokens, key_tokens = _token_lists(tokens, arr.shape[2], arr.shape[3])
-    (layer,), heads = _select(arr, [layer] if isinstance(layer, Integral) else layer, heads)
+    (layer,), heads = _select(arr, [_as_index(layer, "layer")], heads)
     n_q, n_k = arr.shape[2:]
-    annotate = bool(annotate) and max(n_q, n_k) <= 16  # numbers would not fit in smaller cells
-    cols = min(len(heads), max_cols)
-    rows = math.ceil(len(heads) / cols)
-    cell = 0.5 if max(n_q, n_k) <= 10 else 0.3
-    panel_w, panel_h = max(2.8, cell * n_k + 1.3), max(2.5, cell * n_q + 1.0)
-    extra = 0.9 if shared_scale else 0.9 * cols
-    fig = _new_figure((min(cols * panel_w + extra, 18), rows * panel_h + (0.4 if title else 0)))
+    annotate = bool(annotate) and max(n_q, n_k) <= ANNOTATE_MAX_TOKENS
+    colour_bars = 1 if shared_scale else min(len(heads), max_cols)
+    rows, cols, cell, size = _heatmap_layout(n_q, n_k, len(heads), max_cols, colour_bars, title)
+    fig = _new_figure(size)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     shown = arr[layer, heads]
-    for ax, head, weights in zip(axes, heads, shown, strict=False):
+    for n, (ax, head, weights) in enumerate(zip(axes, heads, shown, strict=False)):
         # shared: 0 .. the largest weight shown; per head: the head's own range, to show the structure inside it
         vmin, vmax = (0.0, float(shown.max())) if shared_scale else (float(weights.min()), float(weights.max()))
-        _draw_heatmap(ax, weights, query_tokens, key_tokens, vmin, vmax, annotate, not shared_scale, cmap)
+        outer = {"label_x": n >= len(heads) - cols, "label_y": n % cols == 0}  # bottom of its column, first of its row
+        _draw_heatmap(
+            ax, weights, query_tokens, key_tokens, vmin, vmax, annotate, not shared_scale, cmap, cell, **outer
+        )
         if arr.shape[0] > 1 or arr.shape[1] > 1:
             ax.set_title(f"layer {layer}, head {head}" if arr.shape[0] > 1 else f"head {head}", fontsize=10)
     for ax in axes[len(heads) :]:
         ax.set_visible(False)
-    for ax in axes[: len(heads)]:
-        if ax not in axes[len(heads) - cols : len(heads)] and rows > 1:
-            ax.set_xlabel("")
-        if list(axes).index(ax) % cols:
-            ax.set_ylabel("")
     if shared_scale:
         fig.colorbar(axes[0].collections[0], ax=list(axes[: len(heads)]), label="attention weight", shrink=0.8)
     if title:
@@ -337,9 +431,9 @@ def heatmap(
     return fig
 
 
-def _draw_bipartite(ax, weights, query_tokens, key_tokens, color, threshold=0.02):
+def _draw_bipartite(ax, weights, query_tokens, key_tokens, color, threshold=0.02, dashed=False):
     """Head view of one head: queries on the left, keys on the right, a line per pair,
-    as opaque as its weight."""
+    as opaque as its weight: query i's line to key j goes from (0, y_q[i]) to (1, y_k[j])."""
     from matplotlib.collections import LineCollection
     from matplotlib.colors import to_rgba
 
@@ -354,7 +448,7 @@ def _draw_bipartite(ax, weights, query_tokens, key_tokens, color, threshold=0.02
             if weights[i, j] >= threshold:
                 segments.append([(0.0, y_q[i]), (1.0, y_k[j])])
                 colors.append((*rgb, float(weights[i, j])))
-    ax.add_collection(LineCollection(segments, colors=colors, linewidths=2.2))
+    ax.add_collection(LineCollection(segments, colors=colors, linewidths=2.2, linestyles="--" if dashed else "-"))
     size = _tick_font(n)
     for i, tok in enumerate(query_tokens):
         ax.text(-0.06, y_q[i], tok, ha="right", va="center", fontsize=size)
@@ -377,8 +471,9 @@ def _head_view_figure(arr, query_tokens, key_tokens, layer, heads, pyplot=True, 
     fig = _new_figure((width, rows * (0.28 * n + 0.7) + 0.3), pyplot)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, head in zip(axes, heads, strict=False):
-        _draw_bipartite(ax, arr[layer, head], query_tokens, key_tokens, HEAD_COLORS[head % len(HEAD_COLORS)])
-        ax.set_title(f"head {head}", fontsize=10, color=HEAD_COLORS[head % len(HEAD_COLORS)])
+        color, dashed = head_style(head)
+        _draw_bipartite(ax, arr[layer, head], query_tokens, key_tokens, color, dashed=dashed)
+        ax.set_title(f"head {head}", fontsize=10, color=color)
     for ax in axes[len(heads) :]:
         ax.set_visible(False)
     where = f"layer {layer}" if arr.shape[0] > 1 else "head view"
@@ -389,8 +484,10 @@ def _head_view_figure(arr, query_tokens, key_tokens, layer, heads, pyplot=True, 
 def _model_view_figure(arr, query_tokens, key_tokens, layers, heads, pyplot=True):
     n_q, n_k = arr.shape[2:]
     thumb = min(1.1, 15 / len(heads), 20 / len(layers))
-    label_tokens = max(n_q, n_k) <= 12 and thumb >= 0.9
-    pad = 0.7 if label_tokens else 0.3
+    # token labels on the outer squares when at least every third one fits
+    label_tokens = max(_label_step(n_q, thumb), _label_step(n_k, thumb)) <= 3
+    longest = max(len(t) for t in query_tokens + key_tokens)
+    pad = 0.3 + 0.065 * min(longest, 15) if label_tokens else 0.3  # an 8-point character is < 0.065 inch
     width = len(heads) * thumb + 1.6 + pad
     fig = _new_figure((width, len(layers) * thumb + 0.8 + pad), pyplot)
     axes = fig.subplots(len(layers), len(heads), squeeze=False)
@@ -407,9 +504,11 @@ def _model_view_figure(arr, query_tokens, key_tokens, layers, heads, pyplot=True
             if c == 0:
                 ax.set_ylabel(f"layer {layer}", fontsize=8)
                 if label_tokens:
-                    ax.set_yticks(range(n_q), query_tokens, fontsize=5)
+                    rows = range(0, n_q, _label_step(n_q, thumb))
+                    ax.set_yticks(rows, [query_tokens[i] for i in rows], fontsize=TICK_FONT)
             if r == len(layers) - 1 and label_tokens:
-                ax.set_xticks(range(n_k), key_tokens, fontsize=5, rotation=90)
+                columns = range(0, n_k, _label_step(n_k, thumb))
+                ax.set_xticks(columns, [key_tokens[j] for j in columns], fontsize=TICK_FONT, rotation=90)
     fig.colorbar(image, ax=axes, label="attention weight", shrink=0.6)
     _suptitle(fig, "model view: one square per head (rows: queries, columns: keys)", width)
     return fig
@@ -469,30 +568,41 @@ def _json_for_script(obj):
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=True).replace("</", "<\\/")
 
 
+@functools.cache
+def _views_js():
+    """The views' JavaScript (views/attention_views.js), inlined into every output: no network needed."""
+    return JS_PATH.read_text(encoding="utf-8")
+
+
 class AttentionView:
     """An interactive view for notebooks: offline HTML plus a static PNG in the same output.
 
     Jupyter shows ``text/html`` (the interactive view; the PNG inside it is shown where
     scripts do not run), other front ends may use ``image/png`` or ``text/plain``.
+    ``note`` (e.g. which tokens were left out) is shown above both.
     ``save_html(path)`` writes a page you can open in any browser, offline.
     """
 
-    def __init__(self, kind, payload, png, description):
+    def __init__(self, kind, payload, png, description, note=""):
         self.kind = kind
         self.payload = payload
         self.png = png
         self.description = description
+        self.note = note
         data = _json_for_script(payload)
         # the element id is a hash of the content: the same view always gets the same id
         self.element_id = "cu-attn-" + hashlib.sha1(f"{kind}:{data}".encode()).hexdigest()[:12]
         png64 = base64.b64encode(png).decode("ascii")
+        note_html = (
+            f'<div class="cu-note" style="color:#8a3b00;font-size:12px">{html.escape(note)}</div>' if note else ""
+        )
         self.html = (
             f'<div class="cu-attn" data-cu-view="{self.element_id}" '
-            f'style="background:#fff;color:#222;font:13px sans-serif;padding:4px">'
+            f'style="background:#fff;color:#222;font:13px sans-serif;padding:4px">{note_html}'
             f'<img class="cu-fallback" alt="{html.escape(description)}" style="max-width:100%" '
             f'src="data:image/png;base64,{png64}"/>'
             f'<div class="cu-live" style="display:none"></div></div>\n'
-            f'<script>(function(){{"use strict";var D={data};var VIEW="{self.element_id}";\n{_JS}}})();</script>'
+            f'<script>(function(){{"use strict";var D={data};var VIEW="{self.element_id}";\n{_views_js()}}})();</script>'
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -512,7 +622,32 @@ class AttentionView:
             f.write(page)
 
 
+def _first_tokens(arr, query_tokens, key_tokens, max_tokens):
+    """Keep the first max_tokens queries and keys: a view's size grows with tokens squared.
+
+    Returns (arr, query_tokens, key_tokens, note); note says what was left out ("" if nothing).
+    """
+    if max_tokens is None:
+        return arr, query_tokens, key_tokens, ""
+    max_tokens = _as_index(max_tokens, "max_tokens")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    n_q, n_k = arr.shape[2:]
+    if max(n_q, n_k) <= max_tokens:
+        return arr, query_tokens, key_tokens, ""
+    q, k = min(n_q, max_tokens), min(n_k, max_tokens)
+    shown = (
+        f"the first {q} of {n_q} tokens" if n_q == n_k else f"the first {q} of {n_q} query and {k} of {n_k} key tokens"
+    )
+    note = (
+        f"Showing {shown} (weights to the others are not drawn). "
+        f"Pass max_tokens={max(n_q, n_k)} to see them all: the output grows with the square of the tokens."
+    )
+    return arr[:, :, :q, :k], query_tokens[:q], key_tokens[:k], note
+
+
 def _view_payload(kind, arr, query_tokens, key_tokens, layers, heads, selected_layer):
+    styles = [head_style(h) for h in heads]
     return {
         "kind": kind,
         "layers": layers,
@@ -520,25 +655,35 @@ def _view_payload(kind, arr, query_tokens, key_tokens, layers, heads, selected_l
         "layer": layers.index(selected_layer),
         "qt": query_tokens,
         "kt": key_tokens,
-        "colors": [HEAD_COLORS[h % len(HEAD_COLORS)] for h in heads],
+        "colors": [color for color, _ in styles],
+        "dashed": [dashed for _, dashed in styles],
         "w": _weights_payload(arr, layers, heads),
     }
 
 
-def head_view(attn, tokens, layer=0, heads=None, interactive=True, batch_index=None):
+def _with_note(fig, note):
+    if note:
+        fig.supxlabel(textwrap.fill(note, 100), fontsize=TICK_FONT, color="#8a3b00")
+    return fig
+
+
+def head_view(attn, tokens=None, layer=0, heads=None, interactive=True, batch_index=None, max_tokens=MAX_TOKENS):
     """Head view: for one layer, each head as lines from query tokens (left) to key tokens (right).
 
     A line is as opaque as its weight; each head has its own colour.
     interactive=True returns an AttentionView: hover a token to see only its lines
-    (click it to keep them), click a head's colour box to show or hide that head,
+    (click it to keep them; with one head shown, its weights are written on the other side),
+    click a head's colour box to show or hide that head (double-click: only that head),
     and pick another layer from the menu (when there are several layers).
     interactive=False returns a matplotlib Figure with one panel per head.
+    max_tokens: show the first max_tokens tokens only (None: all); the view says what it left out.
     """
     arr = normalize_attention(attn, tokens, batch_index)
     query_tokens, key_tokens = _token_lists(tokens, arr.shape[2], arr.shape[3])
-    (layer,), heads = _select(arr, [layer] if isinstance(layer, Integral) else layer, heads)
+    (layer,), heads = _select(arr, [_as_index(layer, "layer")], heads)
+    arr, query_tokens, key_tokens, note = _first_tokens(arr, query_tokens, key_tokens, max_tokens)
     if not interactive:
-        return _head_view_figure(arr, query_tokens, key_tokens, layer, heads)
+        return _with_note(_head_view_figure(arr, query_tokens, key_tokens, layer, heads), note)
     # the static picture is drawn from the same rounded weights as the HTML: identical on every device
     figure = _head_view_figure(_rounded(arr), query_tokens, key_tokens, layer, heads, pyplot=False)
     layers = list(range(arr.shape[0]))
@@ -547,29 +692,31 @@ def head_view(attn, tokens, layer=0, heads=None, interactive=True, batch_index=N
         f"<head view: layer {layer} of {arr.shape[0]}, heads {heads}, {len(query_tokens)} query x "
         f"{len(key_tokens)} key tokens; interactive HTML with a static PNG fallback>"
     )
-    return AttentionView("head", payload, _png_bytes(figure), description)
+    return AttentionView("head", payload, _png_bytes(figure), f"{description} {note}".strip(), note)
 
 
-def model_view(attn, tokens, layers=None, heads=None, interactive=True, batch_index=None):
+def model_view(attn, tokens=None, layers=None, heads=None, interactive=True, batch_index=None, max_tokens=MAX_TOKENS):
     """Model view: every head of every layer at a glance, as a grid (rows: layers, columns: heads).
 
     Each square is one head's [q, k] weights (rows: queries, columns: keys).
-    interactive=True returns an AttentionView: hover a square for its name, click it to
-    see that head's lines between the tokens below the grid.
+    interactive=True returns an AttentionView with a colour bar: hover a square to read which
+    query and key a cell is and its weight, click it to see that head's lines below the grid.
     interactive=False returns a matplotlib Figure.
+    max_tokens: show the first max_tokens tokens only (None: all); the view says what it left out.
     """
     arr = normalize_attention(attn, tokens, batch_index)
     query_tokens, key_tokens = _token_lists(tokens, arr.shape[2], arr.shape[3])
     layers, heads = _select(arr, layers, heads)
+    arr, query_tokens, key_tokens, note = _first_tokens(arr, query_tokens, key_tokens, max_tokens)
     if not interactive:
-        return _model_view_figure(arr, query_tokens, key_tokens, layers, heads)
+        return _with_note(_model_view_figure(arr, query_tokens, key_tokens, layers, heads), note)
     figure = _model_view_figure(_rounded(arr), query_tokens, key_tokens, layers, heads, pyplot=False)
     payload = _view_payload("model", arr, query_tokens, key_tokens, layers, heads, layers[0])
     description = (
         f"<model view: {len(layers)} layers x {len(heads)} heads, {len(query_tokens)} query x "
         f"{len(key_tokens)} key tokens; interactive HTML with a static PNG fallback>"
     )
-    return AttentionView("model", payload, _png_bytes(figure), description)
+    return AttentionView("model", payload, _png_bytes(figure), f"{description} {note}".strip(), note)
 
 
 # ----------------------------------------------------------------------------
@@ -579,6 +726,7 @@ def model_view(attn, tokens, layers=None, heads=None, interactive=True, batch_in
 
 def _vectors(x, name, head, layer):
     arr = _as_array(x, name)
+    head, layer = _as_index(head, "head"), _as_index(layer, "layer")
     if arr.ndim == 4:  # [layers, heads, seq, d] (a [1, heads, seq, d] batch of one works too)
         if not -arr.shape[0] <= layer < arr.shape[0]:
             raise ValueError(f"layer {layer} does not exist: {name} has {arr.shape[0]} layers")
@@ -609,7 +757,8 @@ def neuron_steps(q, k, query_index, head=0, layer=0, mask=None):
     k = _vectors(k, "k", head, layer)
     if q.shape[1] != k.shape[1]:
         raise ValueError(f"q and k must have the same head_dim to take dot products: q {q.shape}, k {k.shape}")
-    if not isinstance(query_index, Integral) or not -q.shape[0] <= query_index < q.shape[0]:
+    query_index = _as_index(query_index, "query_index")
+    if not -q.shape[0] <= query_index < q.shape[0]:
         raise ValueError(f"query_index={query_index!r} is out of range for {q.shape[0]} query tokens")
     query = q[query_index]
     allowed = np.ones(k.shape[0], dtype=bool)
@@ -669,7 +818,7 @@ def neuron_view(q, k, tokens, query_index, head=0, layer=0, mask=None, annotate=
         2, 6, width_ratios=[vec_w, vec_w, col_w, col_w, col_w, col_w], height_ratios=[1, n_k], wspace=0.05, hspace=0.05
     )
 
-    def signed(ax, values, limit, yticklabels, numbers=annotate, fontsize=8 if d <= 6 else 7):
+    def signed(ax, values, limit, yticklabels, numbers=annotate, fontsize=TICK_FONT):
         # one diverging scale centred on 0: blue negative, white 0, red positive
         sns.heatmap(values, ax=ax, cmap=DIVERGING_CMAP, vmin=-limit, vmax=limit, cbar=False,
                     annot=numbers, fmt=".2f", annot_kws={"fontsize": fontsize},
@@ -734,159 +883,3 @@ def most_attended_tokens(weights, tokens):
     received = weights.mean(dim=-2)  # [heads, k]: the average weight each key receives
     best = received.argmax(dim=-1)  # [heads]: the key with the most attention
     return [tokens[i] for i in best.tolist()]
-
-
-# ----------------------------------------------------------------------------
-# The JavaScript of the interactive views (inlined in every output; no libraries)
-# ----------------------------------------------------------------------------
-
-_JS = r"""
-var NS = "http://www.w3.org/2000/svg";
-function el(tag, attrs, parent, svg) {
-  var e = svg ? document.createElementNS(NS, tag) : document.createElement(tag);
-  for (var a in attrs) { if (a === "text") e.textContent = attrs[a]; else e.setAttribute(a, attrs[a]); }
-  if (parent) parent.appendChild(e);
-  return e;
-}
-var VIRIDIS = [[68,1,84],[72,40,120],[62,74,137],[49,104,142],[38,130,142],[31,158,137],[53,183,121],[110,206,88],[181,222,43],[253,231,37]];
-function viridis(t) {
-  t = Math.max(0, Math.min(1, t)) * (VIRIDIS.length - 1);
-  var i = Math.min(Math.floor(t), VIRIDIS.length - 2), f = t - i, a = VIRIDIS[i], b = VIRIDIS[i + 1];
-  return "rgb(" + [0, 1, 2].map(function (c) { return Math.round(a[c] + f * (b[c] - a[c])); }).join(",") + ")";
-}
-function ink(hex) {  /* dark text on light head colours, white on dark ones: readable either way */
-  var n = parseInt(hex.slice(1), 16);
-  return 0.299 * (n >> 16 & 255) + 0.587 * (n >> 8 & 255) + 0.114 * (n & 255) > 140 ? "#222" : "#fff";
-}
-function textWidth(tokens) {
-  var m = 0; tokens.forEach(function (t) { m = Math.max(m, t.length); }); return 12 + 7.5 * m;
-}
-/* Bipartite lines of the chosen heads of one layer: queries left, keys right. */
-function drawHeads(box, qt, kt, heads, colors, weights, active) {
-  box.innerHTML = "";
-  var nq = qt.length, nk = kt.length, rowH = 22, top = 12, wq = textWidth(qt), wk = textWidth(kt), gap = 160;
-  var svg = el("svg", {width: wq + gap + wk + 40, height: top + rowH * Math.max(nq, nk) + 4, "class": "cu-svg"}, box, true);
-  var yq = function (i) { return top + rowH * i + rowH / 2; }, yk = function (j) { return top + rowH * j + rowH / 2; };
-  var lines = el("g", {}, svg, true), labels = el("g", {}, svg, true);
-  var nums = [];
-  heads.forEach(function (h, hi) {
-    if (!active[hi]) return;
-    var w = weights[hi], off = (hi - (heads.length - 1) / 2) * Math.min(2, 12 / heads.length);
-    for (var i = 0; i < nq; i++) for (var j = 0; j < nk; j++) {
-      var v = w[i * nk + j] / 1000;
-      if (v < 0.01) continue;
-      el("line", {x1: wq, y1: yq(i) + off, x2: wq + gap, y2: yk(j) + off, stroke: colors[hi], "stroke-width": 2.5,
-        "stroke-opacity": v, "class": "cu-line", "data-q": i, "data-k": j, "data-head": h}, lines, true);
-    }
-  });
-  var locked = null;
-  function focus(side, idx) {
-    var all = lines.childNodes;
-    for (var n = 0; n < all.length; n++) {
-      var keep = idx === null || all[n].getAttribute(side === "q" ? "data-q" : "data-k") == idx;
-      all[n].style.display = keep ? "" : "none";
-    }
-    svg.querySelectorAll(".cu-tok").forEach(function (t) {
-      var on = idx !== null && t.getAttribute("data-side") === side && t.getAttribute("data-i") == idx;
-      t.setAttribute("font-weight", on ? "bold" : "normal");
-    });
-    nums.forEach(function (t) { t.textContent = ""; });
-    var shown = heads.filter(function (h, hi) { return active[hi]; });
-    if (idx !== null && side === "q" && shown.length === 1) {  // one head: write its weights next to the keys
-      var w = weights[heads.indexOf(shown[0])];
-      for (var j = 0; j < nk; j++) nums[j].textContent = (w[idx * nk + j] / 1000).toFixed(2);
-    }
-  }
-  function token(side, i, x, y, anchor, text) {
-    var t = el("text", {x: x, y: y + 4, "text-anchor": anchor, "class": "cu-tok", "data-side": side, "data-i": i,
-      style: "cursor:pointer", fill: "#222"}, labels, true);
-    t.textContent = text;
-    t.addEventListener("mouseenter", function () { if (locked === null) focus(side, i); });
-    t.addEventListener("mouseleave", function () { if (locked === null) focus(side, null); });
-    t.addEventListener("click", function () {
-      var same = locked && locked[0] === side && locked[1] === i;
-      locked = same ? null : [side, i];
-      focus(side, same ? null : i);
-    });
-  }
-  for (var i = 0; i < nq; i++) token("q", i, wq - 6, yq(i), "end", qt[i]);
-  for (var j = 0; j < nk; j++) {
-    token("k", j, wq + gap + 6, yk(j), "start", kt[j]);
-    nums.push(el("text", {x: wq + gap + wk, y: yk(j) + 4, "text-anchor": "start", "font-size": 11, fill: "#555", "class": "cu-num"}, labels, true));
-  }
-  return svg;
-}
-function headView(live) {
-  var layer = D.layer, active = D.heads.map(function () { return true; });
-  var bar = el("div", {style: "margin:2px 0 6px 0"}, live);
-  if (D.layers.length > 1) {
-    el("span", {text: "Layer: "}, bar);
-    var sel = el("select", {"class": "cu-layer"}, bar);
-    D.layers.forEach(function (l, li) { var o = el("option", {value: li, text: String(l)}, sel); if (li === layer) o.selected = true; });
-    sel.addEventListener("change", function () { layer = +sel.value; draw(); });
-  }
-  el("span", {text: " Heads: "}, bar);
-  var boxes = D.heads.map(function (h, hi) {
-    var b = el("span", {"class": "cu-head", "data-head": h, title: "head " + h + ": click to show/hide, double-click to show only it",
-      style: "display:inline-block;min-width:18px;margin:0 2px;padding:0 3px;text-align:center;cursor:pointer;border-radius:3px;color:" + ink(D.colors[hi]) + ";background:" + D.colors[hi],
-      text: String(h)}, bar);
-    b.addEventListener("click", function () { active[hi] = !active[hi]; draw(); });
-    b.addEventListener("dblclick", function () { active = active.map(function (x, k) { return k === hi; }); draw(); });
-    return b;
-  });
-  el("div", {style: "color:#555;font-size:11px", text: "Hover a token to see only its lines; click it to keep them. Queries left, keys right; line opacity = weight."}, live);
-  var box = el("div", {}, live);
-  function draw() {
-    boxes.forEach(function (b, hi) { b.style.opacity = active[hi] ? 1 : 0.3; });
-    drawHeads(box, D.qt, D.kt, D.heads, D.colors, D.w[layer], active);
-  }
-  draw();
-}
-function modelView(live) {
-  var nq = D.qt.length, nk = D.kt.length, size = Math.max(36, Math.min(72, Math.floor(760 / D.heads.length) - 8));
-  var vmax = 1;  /* colours run from 0 to the largest weight shown (in thousandths), as in the static picture */
-  D.w.forEach(function (l) { l.forEach(function (h) { h.forEach(function (v) { if (v > vmax) vmax = v; }); }); });
-  el("div", {style: "color:#555;font-size:11px", text: "Rows: layers, columns: heads; each square is one head (rows: queries, columns: keys). Click a square to see its lines."}, live);
-  var table = el("table", {"class": "cu-grid", style: "border-collapse:collapse"}, live);
-  var head = el("tr", {}, table);
-  el("td", {}, head);
-  D.heads.forEach(function (h) { el("td", {text: "head " + h, style: "font-size:10px;text-align:center;padding:0"}, head); });
-  var detail = el("div", {"class": "cu-detail", style: "margin-top:8px"}, live);
-  var current = null;
-  D.layers.forEach(function (l, li) {
-    var row = el("tr", {}, table);
-    el("td", {text: "layer " + l, style: "font-size:10px;padding:0 4px 0 0;white-space:nowrap"}, row);
-    D.heads.forEach(function (h, hi) {
-      var cell = el("td", {style: "padding:1px"}, row);
-      var c = el("canvas", {width: size, height: size, title: "layer " + l + ", head " + h, "class": "cu-thumb",
-        "data-layer": l, "data-head": h, style: "display:block;cursor:pointer;outline:2px solid transparent"}, cell);
-      var ctx = c.getContext("2d"), w = D.w[li][hi];
-      for (var i = 0; i < nq; i++) for (var j = 0; j < nk; j++) {
-        ctx.fillStyle = viridis(w[i * nk + j] / vmax);
-        ctx.fillRect(Math.floor(j * size / nk), Math.floor(i * size / nq), Math.ceil(size / nk), Math.ceil(size / nq));
-      }
-      c.addEventListener("mouseenter", function () { if (c !== current) c.style.outline = "2px solid #999"; });
-      c.addEventListener("mouseleave", function () { if (c !== current) c.style.outline = "2px solid transparent"; });
-      c.addEventListener("click", function () {
-        if (current) current.style.outline = "2px solid transparent";
-        current = c; c.style.outline = "2px solid #d55e00";
-        detail.innerHTML = "";
-        el("div", {text: "layer " + l + ", head " + h + ": hover a token to see only its lines", style: "font-weight:bold"}, detail);
-        drawHeads(el("div", {}, detail), D.qt, D.kt, [h], [D.colors[hi]], [w], [true]);
-      });
-    });
-  });
-}
-function init(root) {
-  if (!root || root.getAttribute("data-cu-view") !== VIEW || root.getAttribute("data-cu-ready")) return;
-  root.setAttribute("data-cu-ready", "1");
-  var live = root.querySelector(".cu-live");
-  (D.kind === "head" ? headView : modelView)(live);
-  root.querySelector(".cu-fallback").style.display = "none";  // the script runs: show the live view
-  live.style.display = "block";
-}
-var me = document.currentScript;
-init(me && me.previousElementSibling);
-var roots = document.querySelectorAll('[data-cu-view="' + VIEW + '"]');
-for (var r = 0; r < roots.length; r++) init(roots[r]);
-"""

@@ -240,7 +240,7 @@ def _relative_luminance(hex_colour):
 
 
 def test_head_colours_are_distinct_and_visible_on_white():
-    assert len(set(viz.HEAD_COLORS)) == len(viz.HEAD_COLORS) == 10
+    assert len(set(viz.HEAD_COLORS)) == len(viz.HEAD_COLORS) == 12
     for colour in viz.HEAD_COLORS:
         contrast = 1.05 / (_relative_luminance(colour) + 0.05)  # WCAG contrast ratio against white
         assert contrast >= 2.0, f"{colour} is too pale for thin lines on white (contrast {contrast:.2f})"
@@ -323,8 +323,9 @@ def test_interactive_output_is_deterministic_and_offline(make):
     other = make(weights(2, 3, 5, 5, seed=1), TOKENS)
     assert other.element_id != first.element_id
     assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?\s*(https?:)?//""", first.html, re.I)
+    code = re.sub(r"base64,[A-Za-z0-9+/=]+", "base64,<png>", first.html)  # the PNG's text may spell anything
     for forbidden in ("<link", "fetch(", "XMLHttpRequest", "import(", "require(", "cdn"):
-        assert forbidden not in first.html
+        assert forbidden not in code
     bundle = first._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html", "image/png"}
     assert bundle["text/plain"] == first.description and "interactive HTML" in first.description
