@@ -149,6 +149,10 @@ SDPA_MISTAKES = {
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.transpose(1, 2)),
         ab.ONLY_BATCHED,
     ),
+    "k.permute(0, 2, 1)": (
+        lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.permute(0, 2, 1)),
+        ab.ONLY_BATCHED,
+    ),
     "in place": (_in_place_sdpa, "in place"),
     "-inf without NaN handling": (
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, nan_to_zero=False),

@@ -76,6 +76,7 @@ SPLIT_MISTAKES = {
         lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2).reshape(-1, x.shape[1], x.shape[2] // h),
         "merged the batch and head axes",
     ),
+    "/ instead of //": (lambda x, h: x.reshape(x.shape[0], x.shape[1], h, x.shape[2] / h).transpose(1, 2), "//"),
     "batch size 1 only": (
         lambda x, h: x.squeeze(0).reshape(x.shape[1], h, -1).transpose(0, 1).unsqueeze(0),
         "works for batch size 1 but not for batch size",

@@ -392,17 +392,13 @@ def _first_sentence(q, k, v, mask):
     return q[first].clone(), k[first].clone(), v[first].clone(), mask
 
 
-def _right_on_one_sentence(candidate, q, k, v, mask):
-    """True if the candidate gets the first sentence of a batched case right when given it on its own.
-
-    Only then is a failure on the batch a batching problem (k.T, dim=1, ...); a mistake that breaks
-    one sentence too (`if mask:`, torch.where with a 0/1 mask, ...) must not get batching advice."""
-    q1, k1, v1, mask1 = _first_sentence(q, k, v, mask)
+def _right_on(candidate, q, k, v, mask):
+    """True if the candidate returns the reference's (output, weights) on these inputs; False if it raises."""
     try:
-        got = call(candidate, q1, k1, v1) if mask1 is None else call(candidate, q1, k1, v1, mask1)
+        got = call(candidate, q, k, v) if mask is None else call(candidate, q, k, v, mask)
     except (Mistake, NotAttempted):
         return False
-    expected = scaled_dot_product_attention(q1, k1, v1, mask1)
+    expected = scaled_dot_product_attention(q, k, v, mask)
     return (
         isinstance(got, (tuple, list))
         and len(got) == 2
@@ -410,6 +406,19 @@ def _right_on_one_sentence(candidate, q, k, v, mask):
         and close(got[0], expected[0])
         and close(got[1], expected[1])
     )
+
+
+def _right_on_one_sentence(candidate, q, k, v, mask):
+    """True if the candidate gets the first sentence of a batched case right when given it on its own.
+
+    Only then is a failure on the batch a batching problem (k.T, dim=1, ...); a mistake that breaks
+    one sentence too (`if mask:`, torch.where with a 0/1 mask, ...) must not get batching advice."""
+    return _right_on(candidate, *_first_sentence(q, k, v, mask))
+
+
+def _right_as_a_batch_of_one(candidate, q, k, v, mask):
+    """True if the candidate gets an unbatched case right when it is given as a batch of one sentence."""
+    return _right_on(candidate, q[None].clone(), k[None].clone(), v[None].clone(), mask)
 
 
 def _call_attention(candidate, description, q, k, v, mask):
@@ -425,7 +434,7 @@ def _call_attention(candidate, description, q, k, v, mask):
             ) from None
         if q.dim() > 2 and _right_on_one_sentence(candidate, q, k, v, mask):
             raise Mistake(f"your function {ONLY_UNBATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
-        if q.dim() == 2 and "Dimension out of range" in text:
+        if q.dim() == 2 and _right_as_a_batch_of_one(candidate, q, k, v, mask):
             raise Mistake(f"{ONLY_BATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
         if mask is not None:
             raise Mistake(f"with a mask ({description}): {text}") from None
