@@ -9,6 +9,14 @@ Mask convention (as in the seeds' ``masked_fill(mask == 0, ...)``):
 ``F.scaled_dot_product_attention`` uses the same meaning for *boolean* masks,
 but adds a *float* mask to the scores, so pass it ``mask.bool()``.
 
+Padding: a ``mask`` lines up with the scores [..., L_q, L_k] from the right, so a
+[batch, L_k] padding mask given as ``mask`` would be read as [L_q, L_k]. Pass it
+as ``key_padding_mask`` (1/True = real token; ``nn.MultiheadAttention``'s
+argument of that name means the opposite), or use ``padding_mask()``'s
+[batch, 1, 1, L_k]. Where the batch size differs from L_q the misread shape is
+refused with both fixes; where they are equal it cannot be told from a
+[L_q, L_k] mask such as ``causal_mask``, so it is the caller's to get right.
+
 A fully masked query row (nothing it may attend to) gets all-zero weights and a
 zero output vector instead of NaN, so one empty row cannot poison later layers.
 """

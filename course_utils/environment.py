@@ -64,14 +64,15 @@ def seed_everything(seed=0):
 def setup(seed=0, device=None, quiet=False):
     """Seed everything, pick the device, set print options and plot defaults.
 
-    Returns the torch.device the lesson should use.
+    Returns the torch.device the lesson should use. A device this machine does not
+    have (``device`` or COURSE_DEVICE) fails here, before anything else is changed.
     """
+    device = pick_device(device)
     seed_everything(seed)
     # few decimals, so CPU and GPU print the same numbers
     torch.set_printoptions(precision=3, sci_mode=False)
     np.set_printoptions(precision=3, suppress=True)
     _plot_defaults()
-    device = pick_device(device)
     if not quiet:
         print(f"Seed: {seed} | Device: {device}")
     return device

@@ -97,3 +97,16 @@ def test_the_real_machine_accepts_its_own_default(monkeypatch):
     default = pick_device()
     assert pick_device(str(default)) == default
     assert environment._available_devices()[0] == "cpu"
+
+
+def test_a_refused_device_changes_nothing(machine, monkeypatch):
+    machine(gpus=0)
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    options = torch._tensor_str.PRINT_OPTS
+    monkeypatch.setattr(options, "precision", 7)
+    with pytest.raises(ValueError, match="COURSE_DEVICE"):
+        setup(seed=0, quiet=True)
+    assert options.precision == 7 and torch.equal(torch.rand(1), expected)  # not re-seeded, print options kept
