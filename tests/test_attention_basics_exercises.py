@@ -462,6 +462,15 @@ def _mask_inverted_in_place(q, k, v, mask=None):
     return _sdpa(q, k, v)
 
 
+def _mask_made_additive_in_place(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        mask.masked_fill_(mask == 0, float("-inf"))  # changes the caller's mask (and breaks a bool one)
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
 def _mask_overwritten(q, k, v, mask=None):
     if mask is not None:
         mask[...] = mask == 0  # changes the caller's mask
@@ -476,8 +485,9 @@ def _mask_overwritten(q, k, v, mask=None):
         (_if_mask, "Boolean value of Tensor with more than one value is ambiguous"),
         (_mask_inverted_in_place, "`mask` in place"),
         (_mask_overwritten, "`mask` in place"),
+        (_mask_made_additive_in_place, "`mask` in place"),
     ],
-    ids=["torch.where with a 0/1 mask", "if mask:", "mask.logical_not_()", "mask[...] ="],
+    ids=["torch.where with a 0/1 mask", "if mask:", "mask.logical_not_()", "mask[...] =", "mask.masked_fill_"],
 )
 def test_sdpa_mask_mistakes_get_no_batching_advice(candidate, phrase):
     result = check("scaled_dot_product_attention", candidate, quiet=True)

@@ -422,11 +422,14 @@ def _right_as_a_batch_of_one(candidate, q, k, v, mask):
 
 
 def _call_attention(candidate, description, q, k, v, mask):
-    args = (q, k, v) if mask is None else (q, k, v, mask)
+    # copies: if the candidate changes them in place, the case itself stays intact for the probes below
+    args = [t.clone() for t in ((q, k, v) if mask is None else (q, k, v, mask))]
     try:
         return call(candidate, *args)
     except Mistake as m:
         text = str(m)
+        if "in place" in text:  # the framework names the argument; nothing to add
+            raise Mistake(f"{text}\n(case: {description})") from None
         if "masked_fill" in text and "bool" in text:
             raise Mistake(
                 f"{MASK_NOT_BOOL} ({description}): `~mask` or `masked_fill(mask, ...)` only work for bool masks. "
