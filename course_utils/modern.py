@@ -185,8 +185,12 @@ def sliding_window_mask(seq_len, window, causal=True, device=None):
     """
     _positive_int("seq_len", seq_len)
     _positive_int("window", window)
-    i = torch.arange(seq_len, device=device)[:, None]
-    j = torch.arange(seq_len, device=device)[None, :]
+    positions = torch.arange(seq_len, device=device)
+    return _window_rule(positions[:, None], positions[None, :], window, causal)
+
+
+def _window_rule(i, j, window, causal=True):
+    """May query position i attend key position j? (broadcasting index tensors)"""
     if causal:
         return (j <= i) & (i - j < window)
     return (i - j).abs() < window
@@ -213,8 +217,9 @@ def sliding_window_attention(q, k, v, window, block_size=128):
     for start in range(0, n, block_size):
         end = min(start + block_size, n)
         first_key = max(0, start - window + 1)
-        # the rows start..end-1 and columns first_key..end-1 of the full mask
-        mask = sliding_window_mask(end, window, device=q.device)[start:, first_key:]
+        # the rows start..end-1 and columns first_key..end-1 of the full mask, built on their own
+        rows = torch.arange(start, end, device=q.device)[:, None]
+        mask = _window_rule(rows, torch.arange(first_key, end, device=q.device)[None, :], window)
         block = scaled_dot_product_attention(
             q[..., start:end, :], k[..., first_key:end, :], v[..., first_key:end, :], mask
         )
