@@ -14,6 +14,7 @@ COURSE_BROWSER_REQUIRED=1 (CI), where a missing browser is a failure.
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -166,6 +167,8 @@ ALL_RAN = """() => {
 }"""
 VISIBLE_LINES = """root => Array.from(root.querySelectorAll('.cu-live line.cu-line'))
     .filter(line => line.style.display !== 'none').length"""
+NUMBERS = """(root, side) => Array.from(root.querySelectorAll(`.cu-live text.cu-num[data-side='${side}']`))
+    .map(t => t.textContent)"""
 
 
 def test_lesson_04_runs_in_jupyterlab_and_its_views_react(browser, jupyterlab):
@@ -231,12 +234,25 @@ def test_lesson_04_runs_in_jupyterlab_and_its_views_react(browser, jupyterlab):
     assert head_view.evaluate("root => root.querySelectorAll(\".cu-live line.cu-line[data-head='0']\").length") == 0
     assert 0 < head_view.evaluate(VISIBLE_LINES) < all_lines
 
+    # double-click head 1: only its lines, no text selected; hovering a key writes the weight each query gives it
+    head_view.locator(".cu-head[data-head='1']").dblclick()
+    assert page.evaluate("() => window.getSelection().toString()") == ""
+    head_view.locator("text.cu-tok[data-side='k'][data-i='2']").hover()
+    weights = head_view.evaluate(NUMBERS, "q")
+    assert len(weights) > 0 and all(re.fullmatch(r"\d\.\d\d", x) for x in weights), weights
+    page.mouse.move(0, 0)
+
     # the model view: clicking a square opens that head's lines below the table
     model_view = views.nth(1)
     model_view.scroll_into_view_if_needed()
     thumbs = model_view.locator("canvas.cu-thumb")
     assert thumbs.count() == 8  # 2 layers x 4 heads
-    thumbs.nth(6).click()  # layer 1, head 2
+    assert model_view.locator(".cu-colorbar").count() == 1
+    thumbs.nth(6).hover()  # layer 1, head 2: the label names the query and key under the mouse
+    assert re.fullmatch(
+        r"layer 1, head 2: query “.+” → key “.+” = \d\.\d{3}", model_view.locator(".cu-hover").inner_text()
+    )
+    thumbs.nth(6).click()
     assert "layer 1, head 2" in model_view.locator(".cu-detail").inner_text()
     assert model_view.locator(".cu-detail line.cu-line").count() > 0
     model_view.screenshot(path=str(ARTIFACTS / "lesson04_model_view.png"))
@@ -248,5 +264,81 @@ def test_lesson_04_runs_in_jupyterlab_and_its_views_react(browser, jupyterlab):
     cells = [c for c in saved.cells if c.cell_type == "code"]
     assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1))
     assert not [o for c in cells for o in c.outputs if o.output_type == "error"]
+    assert problems == [], problems
+    page.close()
+
+
+# ---------------------------------------------------------------- the views on their own, in a saved page
+
+ASYMMETRIC = [  # 3 queries x 4 keys; rows sum to 1
+    [0.10, 0.20, 0.30, 0.40],
+    [0.70, 0.10, 0.10, 0.10],
+    [0.00, 0.05, 0.90, 0.05],
+]
+QUERIES, KEYS = ["la", "voiture", "bleue"], ["the", "blue", "car", "."]
+LINES = """root => Array.from(root.querySelectorAll('.cu-live line.cu-line'))
+    .filter(line => line.style.display !== 'none')
+    .map(line => [+line.dataset.q, +line.dataset.k, +line.dataset.head, +line.getAttribute('stroke-opacity')])"""
+
+
+def _open_saved(browser, view, path):
+    view.save_html(path)
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    problems = []
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("request", lambda r: None if r.url.startswith(("file:", "data:")) else problems.append(r.url))
+    page.goto(path.as_uri())
+    root = page.locator(".cu-attn[data-cu-ready='1']")
+    assert root.count() == 1, f"the view's script did not run: {problems}"
+    return page, root, problems
+
+
+def test_saved_head_view_draws_query_i_to_key_j_and_shows_weights_on_hover(browser, tmp_path):
+    from course_utils import viz
+
+    w = [[ASYMMETRIC, ASYMMETRIC[::-1]]]  # [layers, heads, q, k]; head 1: the rows in another order
+    page, root, problems = _open_saved(browser, viz.head_view(w, (QUERIES, KEYS), heads=[0]), tmp_path / "head.html")
+    lines = root.evaluate(LINES)
+    expected = [[i, j, 0, ASYMMETRIC[i][j]] for i in range(3) for j in range(4) if ASYMMETRIC[i][j] >= 0.01]
+    assert sorted(lines) == expected  # the script reads the weights as query i -> key j, not transposed
+
+    # hovering the query "voiture" keeps its lines and writes its weights next to the keys
+    root.locator("text.cu-tok[data-side='q'][data-i='1']").hover()
+    assert sorted((q, k) for q, k, _, _ in root.evaluate(LINES)) == [(1, 0), (1, 1), (1, 2), (1, 3)]
+    assert root.evaluate(NUMBERS, "k") == ["0.70", "0.10", "0.10", "0.10"]
+    # hovering the key "car" writes the weight each query gives it next to the queries
+    root.locator("text.cu-tok[data-side='k'][data-i='2']").hover()
+    assert sorted((q, k) for q, k, _, _ in root.evaluate(LINES)) == [(0, 2), (1, 2), (2, 2)]
+    assert root.evaluate(NUMBERS, "q") == ["0.30", "0.10", "0.90"]
+    assert root.evaluate(NUMBERS, "k") == ["", "", "", ""]
+
+    # double-clicking a head's box selects no text
+    assert root.locator(".cu-controls").evaluate("e => getComputedStyle(e).userSelect") == "none"
+    root.locator(".cu-head[data-head='0']").dblclick()
+    assert page.evaluate("() => window.getSelection().toString()") == ""
+    assert problems == [], problems
+    page.close()
+
+
+def test_saved_model_view_has_a_colour_bar_and_names_the_cell_under_the_mouse(browser, tmp_path):
+    from course_utils import viz
+
+    w = [[ASYMMETRIC, ASYMMETRIC[::-1]]]
+    page, root, problems = _open_saved(browser, viz.model_view(w, (QUERIES, KEYS)), tmp_path / "model.html")
+    bar = root.locator(".cu-colorbar")
+    assert bar.count() == 1 and bar.get_attribute("data-vmax") == "0.900"  # 0 .. the largest weight shown
+    assert "linear-gradient" in bar.inner_html()
+    thumb = root.locator("canvas.cu-thumb[data-layer='0'][data-head='1']")
+    box = thumb.bounding_box()
+    # head 1's row 0 is ASYMMETRIC's row 2; the cell of query "la" (row 0) and key "car" (column 2)
+    page.mouse.move(box["x"] + box["width"] * 2.5 / 4, box["y"] + box["height"] * 0.5 / 3)
+    assert (
+        root.locator(".cu-hover").inner_text()
+        == "layer 0, head 1: query \u201cla\u201d \u2192 key \u201ccar\u201d = 0.900"
+    )
+    page.mouse.move(box["x"] + box["width"] * 0.5 / 4, box["y"] + box["height"] * 1.5 / 3)
+    assert (
+        root.locator(".cu-hover").inner_text().endswith("query \u201cvoiture\u201d \u2192 key \u201cthe\u201d = 0.700")
+    )
     assert problems == [], problems
     page.close()
