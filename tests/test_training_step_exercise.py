@@ -47,6 +47,7 @@ def learner_step(
         "softmax first": lambda: F.cross_entropy(torch.softmax(logits, dim=-1).reshape(-1, vocab), targets.reshape(-1)),
         "nll on logits": lambda: F.nll_loss(logits.view(-1, vocab), targets.view(-1)),
         "transposed flatten": lambda: F.cross_entropy(logits.transpose(1, 2).reshape(-1, vocab), targets.reshape(-1)),
+        "rows of seq_len": lambda: F.cross_entropy(logits.reshape(-1, logits.shape[1]), targets.reshape(-1)),
     }
     value = losses[loss]()
     if step == "before backward":
@@ -125,6 +126,10 @@ def test_step_before_backward(zero_grad):
 
 def test_loss_over_the_wrong_axis():
     assert_caught(planted(loss="no reshape"), "reads axis 1 (the positions) as the classes")
+
+
+def test_flattened_to_the_wrong_row_length():
+    assert_caught(planted(loss="rows of seq_len"), "different numbers of rows", "reshape(-1, logits.shape[-1])")
 
 
 def test_summed_loss():

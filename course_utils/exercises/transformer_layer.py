@@ -368,6 +368,12 @@ def _check_step(candidate, bench, optimizer_name):
                 "backward() needs the values the forward pass used (hence PyTorch's 'modified by an inplace "
                 "operation' error). Order: optimizer.zero_grad(), loss.backward(), optimizer.step()."
             ) from None
+        if "to match target batch_size" in str(m):
+            raise Mistake(
+                "the scores and the targets have different numbers of rows: flatten the logits [B, S, V] to "
+                "[B*S, V] with logits.reshape(-1, logits.shape[-1]) (the last axis holds the V classes) and the "
+                f"targets [B, S] to [B*S] with targets.reshape(-1) ({context})."
+            ) from None
         if "Expected target size" in str(m) or "expected target size" in str(m).lower():
             raise Mistake(
                 "F.cross_entropy(logits, targets) with logits [B, S, V] reads axis 1 (the positions) as the "
