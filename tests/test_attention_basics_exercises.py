@@ -407,7 +407,7 @@ def test_scores_transposed_products_are_named_with_the_case_where_they_fail():
     for candidate in (lambda q, k: q.transpose(-2, -1) @ k, lambda q, k: q @ k):
         message = check("attention_scores", candidate, quiet=True).message
         assert "one sentence: queries [3, 4], keys [5, 4]" in message, message
-        assert "square inputs [4, 4]" in message, message
+        assert "On square inputs [4, 4]" in message, message
 
 
 def test_scores_sizes_vary_across_cases():

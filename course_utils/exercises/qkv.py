@@ -155,9 +155,10 @@ def _explain_failure(candidate, description, q, k, detail):
         )
     message = _name_on_square_inputs(candidate)
     if message is not None:
+        what_happened = detail.splitlines()[0].rstrip(".")
         raise Mistake(
-            f"{message}\n(case: {description}, where your function gave: {detail.splitlines()[0]} "
-            f"On square inputs [4, 4] it runs, and gives exactly this mistake's result.)"
+            f"{message}\n(case {description}: {what_happened}. On square inputs [4, 4], where it runs, your "
+            f"function gives exactly this mistake's result.)"
         )
     raise Mistake(f"{detail}\n(case: {description})")
 
