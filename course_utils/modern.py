@@ -6,7 +6,8 @@
   Hugging Face's LLaMA;
 - ``sliding_window_mask`` and ``sliding_window_attention``: each query sees only
   the last ``window`` keys, so the cost grows with n x window instead of n^2;
-- ``kv_cache_bytes`` and ``mla_cache_bytes``: what the cache costs in memory;
+- ``kv_cache_bytes`` and ``mla_cache_bytes``: what the cache costs in memory, and
+  ``MultiHeadLatentAttention``, a small version of DeepSeek-V2's latent attention;
 - mask and score functions for PyTorch's FlexAttention (``causal_mod`` ...).
 
 Mask convention as everywhere in the course: True/1 = "may attend".
@@ -24,6 +25,7 @@ __all__ = [
     "apply_rope",
     "grouped_query_attention",
     "GroupedQueryAttention",
+    "MultiHeadLatentAttention",
     "sliding_window_mask",
     "sliding_window_attention",
     "receptive_field",
@@ -280,6 +282,84 @@ def mla_cache_bytes(num_layers, kv_lora_rank, rope_head_dim, seq_len, batch_size
     if isinstance(bytes_per_value, bool) or not isinstance(bytes_per_value, (int, float)) or bytes_per_value <= 0:
         raise ValueError(f"bytes_per_value must be a positive number, got {bytes_per_value!r}")
     return num_layers * (kv_lora_rank + rope_head_dim) * seq_len * batch_size * bytes_per_value
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """A small multi-head latent attention (DeepSeek-V2), for self-attention.
+
+    Each token's hidden state is compressed to a latent c_t (kv_lora_rank numbers);
+    every head's keys and values are projected up from it. RoPE cannot pass through
+    that up-projection, so each head also has a small rotary part of its query, matched
+    by one rotary key (rope_head_dim numbers) shared by all heads. Only c_t and the
+    rotary key are cached: kv_lora_rank + rope_head_dim numbers per token.
+    (DeepSeek-V2 also compresses the queries and normalises c_t; left out here.)
+    """
+
+    def __init__(self, d_model, num_heads, head_dim, kv_lora_rank, rope_head_dim, rope_base=10000.0):
+        super().__init__()
+        for name, value in (
+            ("d_model", d_model),
+            ("num_heads", num_heads),
+            ("head_dim", head_dim),
+            ("kv_lora_rank", kv_lora_rank),
+            ("rope_head_dim", rope_head_dim),
+        ):
+            _positive_int(name, value)
+        rope_frequencies(rope_head_dim, rope_base)  # fails now on an odd rope_head_dim
+        self.num_heads, self.head_dim, self.rope_head_dim, self.rope_base = (
+            num_heads,
+            head_dim,
+            rope_head_dim,
+            rope_base,
+        )
+        self.query_linear = nn.Linear(d_model, num_heads * (head_dim + rope_head_dim), bias=False)
+        self.kv_down = nn.Linear(d_model, kv_lora_rank, bias=False)  # h_t -> c_t, the cached latent
+        self.key_up = nn.Linear(kv_lora_rank, num_heads * head_dim, bias=False)  # c_t -> every head's key
+        self.value_up = nn.Linear(kv_lora_rank, num_heads * head_dim, bias=False)  # c_t -> every head's value
+        self.rope_key_linear = nn.Linear(d_model, rope_head_dim, bias=False)  # one rotary key for all heads
+        self.output_linear = nn.Linear(num_heads * head_dim, d_model, bias=False)
+
+    def compress(self, x, positions=None):
+        """What the cache holds for x [B, S, d_model]: (latent [B, S, r], rotated rope key [B, S, d_R])."""
+        if positions is None:
+            positions = torch.arange(x.shape[1], device=x.device)
+        return self.kv_down(x), apply_rope(self.rope_key_linear(x), positions, self.rope_base)
+
+    def _queries(self, x, positions):
+        q = split_heads(self.query_linear(x), self.num_heads)  # [B, H, S, d_h + d_R]
+        q_content, q_rope = q.split([self.head_dim, self.rope_head_dim], dim=-1)
+        return q_content, apply_rope(q_rope, positions, self.rope_base)
+
+    def forward(self, x, mask=None, positions=None):
+        """Keys and values of every head rebuilt from the latent: x [B, S, d_model] -> [B, S, d_model]."""
+        if positions is None:
+            positions = torch.arange(x.shape[1], device=x.device)
+        latent, rope_key = self.compress(x, positions)
+        q_content, q_rope = self._queries(x, positions)
+        k_content = split_heads(self.key_up(latent), self.num_heads)
+        value = split_heads(self.value_up(latent), self.num_heads)
+        rope_key = rope_key[:, None].expand(-1, self.num_heads, -1, -1)  # shared by the heads
+        query, key = torch.cat((q_content, q_rope), dim=-1), torch.cat((k_content, rope_key), dim=-1)
+        context = scaled_dot_product_attention(query, key, value, mask)[0]
+        return self.output_linear(combine_heads(context))
+
+    def forward_absorbed(self, x, mask=None, positions=None):
+        """The same output computed on the latent: key_up is folded into the queries and value_up
+        into the output, so the per-head keys and values are never built (how MLA runs at inference)."""
+        if positions is None:
+            positions = torch.arange(x.shape[1], device=x.device)
+        latent, rope_key = self.compress(x, positions)
+        q_content, q_rope = self._queries(x, positions)
+        w_key = self.key_up.weight.reshape(self.num_heads, self.head_dim, -1)  # [H, d_h, r]
+        w_value = self.value_up.weight.reshape(self.num_heads, self.head_dim, -1)
+        # q . (W_UK c) = (W_UK^T q) . c: each head's query moves into the latent space
+        query = torch.cat((q_content @ w_key, q_rope), dim=-1)  # [B, H, S, r + d_R]
+        key = torch.cat((latent, rope_key), dim=-1)[:, None]  # [B, 1, S, r + d_R], one for all heads
+        # lesson 02's attention divides by sqrt(r + d_R); the model's scale is sqrt(d_h + d_R)
+        query = query * ((query.shape[-1] / (self.head_dim + self.rope_head_dim)) ** 0.5)
+        context_latent = scaled_dot_product_attention(query, key, latent[:, None], mask)[0]  # [B, H, S, r]
+        context = context_latent @ w_value.transpose(-2, -1)  # [B, H, S, d_h]
+        return self.output_linear(combine_heads(context))
 
 
 # --------------------------------------------------------------------------- masks as functions (FlexAttention)

@@ -317,3 +317,60 @@ def test_flex_score_mods_equal_explicit_biases():
 def test_bad_input_gets_a_clear_error(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+# --------------------------------------------------------------------------- multi-head latent attention
+
+
+def _small_mla():
+    torch.manual_seed(3)
+    return modern.MultiHeadLatentAttention(32, num_heads=4, head_dim=8, kv_lora_rank=12, rope_head_dim=6).eval()
+
+
+def test_mla_equals_its_formula_head_by_head():
+    mla, x, positions = _small_mla(), _randn(2, 7, 32), torch.arange(2, 9)
+    h, d_h, d_r = 4, 8, 6
+    q = (x @ mla.query_linear.weight.T).reshape(2, 7, h, d_h + d_r)
+    latent = x @ mla.kv_down.weight.T
+    rope_key = apply_rope(x @ mla.rope_key_linear.weight.T, positions)
+    heads = []
+    for head in range(h):
+        rows = slice(head * d_h, (head + 1) * d_h)
+        q_h = torch.cat((q[:, :, head, :d_h], apply_rope(q[:, :, head, d_h:], positions)), -1)
+        k_h = torch.cat((latent @ mla.key_up.weight[rows].T, rope_key), -1)
+        v_h = latent @ mla.value_up.weight[rows].T
+        scores = (q_h @ k_h.transpose(-2, -1)) / (d_h + d_r) ** 0.5
+        heads.append(torch.softmax(scores.masked_fill(~causal_mask(7), float("-inf")), -1) @ v_h)
+    expected = torch.cat(heads, -1) @ mla.output_linear.weight.T
+    with torch.no_grad():
+        torch.testing.assert_close(mla(x, causal_mask(7), positions), expected, atol=1e-5, rtol=0)
+
+
+def test_mla_absorbed_form_equals_the_expanded_one():
+    mla, x = _small_mla(), _randn(2, 9, 32)
+    with torch.no_grad():
+        for mask in (None, causal_mask(9)):
+            torch.testing.assert_close(mla.forward_absorbed(x, mask), mla(x, mask), atol=1e-5, rtol=0)
+
+
+def test_mla_caches_latent_plus_rope_key_per_token():
+    mla, x = _small_mla(), _randn(1, 5, 32)
+    latent, rope_key = mla.compress(x)
+    assert latent.shape == (1, 5, 12) and rope_key.shape == (1, 5, 6)
+    numbers_per_token = latent.shape[-1] + rope_key.shape[-1]
+    assert modern.mla_cache_bytes(1, 12, 6, 5, bytes_per_value=1) == numbers_per_token * 5
+
+
+def test_mla_is_causal():
+    mla, x = _small_mla(), _randn(1, 8, 32)
+    changed = x.clone()
+    changed[:, 5:] = 0.0
+    with torch.no_grad():
+        torch.testing.assert_close(mla(x, causal_mask(8))[:, :5], mla(changed, causal_mask(8))[:, :5])
+
+
+def test_mla_bad_sizes():
+    with pytest.raises(ValueError, match="head_dim must be even"):
+        modern.MultiHeadLatentAttention(32, 4, 8, 12, 5)
+    with pytest.raises(ValueError, match="kv_lora_rank must be a positive int"):
+        modern.MultiHeadLatentAttention(32, 4, 8, 0, 4)
