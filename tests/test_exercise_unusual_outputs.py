@@ -29,6 +29,7 @@ WRONG = {  # conversion -> a phrase the message must hold
     "float16": (lambda t: t.half(), "dtype"),
     "float64": (lambda t: t.double(), "float64"),
     "meta device": (lambda t: t.to("meta"), "meta"),
+    "sparse": (lambda t: t.to_sparse(), "sparse"),
     "numpy array": (lambda t: t.detach().numpy(), "torch.Tensor"),
     "list": (lambda t: t.tolist(), "torch.Tensor"),
     "0-d": (lambda t: t.sum(), "shape"),
@@ -39,6 +40,7 @@ WRONG = {  # conversion -> a phrase the message must hold
 RIGHT = {
     "not contiguous": _strided,
     "requires grad": lambda t: t.detach().requires_grad_(t.is_floating_point()),
+    "nn.Parameter": lambda t: torch.nn.Parameter(t, requires_grad=False),
 }
 MASK_ACCEPTS = {"int64", "float16", "float64"}  # a 0/1 causal mask may have any dtype
 

@@ -32,6 +32,7 @@ OS_WIDE_BLOCKS = "your blocks are wider than block_size"
 OS_ONE_FOR_ALL_ROWS = "you kept one running maximum and one sum for all rows together"
 OS_SHARED_MAX = "you kept one running maximum shared by all rows"
 OTHER_DEVICE = "is on another device"
+NOT_DENSE = "not an ordinary dense tensor"
 
 T_NO_RESCALE = "you did not rescale the running sum and the output"
 T_NO_RESCALE_OUT = "you rescaled the running sum but not the output"
@@ -94,7 +95,12 @@ def _watch(candidate, *args):
     return watch.calls
 
 
-def _expect_device(got, device, what):
+def _expect_plain(got, device, what):
+    """An ordinary (dense) tensor on the inputs' device: comparing anything else would fail inside the checker."""
+    if got.layout != torch.strided:
+        raise Mistake(
+            f"your {what} is a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse() (or add .to_dense())."
+        )
     if got.device != device:
         raise Mistake(
             f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({device}). Make new tensors on the "
@@ -246,7 +252,7 @@ def check_online_softmax(candidate):
         expect_tensor(got, expected.shape, what=f"result for {description}")
         if got.dtype != x.dtype:
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
-        _expect_device(got, x.device, f"result for {description}")
+        _expect_plain(got, x.device, f"result for {description}")
         diagnose(
             got,
             expected,
@@ -479,7 +485,7 @@ def check_tiled_attention(candidate):
         expect_tensor(got, expected.shape, what=f"output for {description}")
         if got.dtype != q.dtype:
             raise Mistake(f"the output should keep the input's dtype {q.dtype}, but it is {got.dtype} ({description}).")
-        _expect_device(got, q.device, f"output for {description}")
+        _expect_plain(got, q.device, f"output for {description}")
         # large scores: float32 rounding of scores ~100 moves the weights by ~1e-5 relative
         atol = 1e-4 if q.abs().max() > 10 else 1e-5
         diagnose(

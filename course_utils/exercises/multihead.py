@@ -81,6 +81,7 @@ COMBINE_LOST_HEADS = (
 )
 
 OTHER_DEVICE = "is on another device"
+NOT_DENSE = "not an ordinary dense tensor"
 
 MHA_TUPLE = (
     "your forward returned a tuple (output, weights), like the article's ScaledDotProductAttention does. "
@@ -197,12 +198,19 @@ def _batched(batch, run, per_sample_ok):
 
 def _same(got, expected, atol=1e-5):
     """``got`` is a tensor with ``expected``'s shape and values (another device never is)."""
-    return isinstance(got, torch.Tensor) and got.device == expected.device and close(got, expected, atol=atol)
+    return (
+        isinstance(got, torch.Tensor)
+        and got.layout == torch.strided
+        and got.device == expected.device
+        and close(got, expected, atol=atol)
+    )
 
 
 def _expect_like(got, reference, what):
     """A tensor of the reference's dtype, on its device; named mistakes for anything else, never a crash later."""
     expect_tensor(got, dtype=reference.dtype, what=what)
+    if got.layout != torch.strided:
+        raise _Named(f"your {what} is a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse() (or add .to_dense()).")
     if got.device != reference.device:
         raise _Named(
             f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({reference.device}). Make new tensors on "

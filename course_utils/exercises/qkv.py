@@ -25,6 +25,7 @@ SOFTMAXED = "you applied softmax"
 ONLY_UNBATCHED = "works on one sentence (2-D) but not on a batch"
 ONLY_BATCHED = "counts axes from the front, so it fails on one sentence (2-D)"
 OTHER_DEVICE = "your scores are on another device"
+NOT_DENSE = "not an ordinary dense tensor"
 
 _RIGHT_WAY = "queries @ keys.transpose(-2, -1)"
 
@@ -103,7 +104,12 @@ def _mistakes(q, k):
 
 def _same(got, expected):
     """``got`` is a tensor with ``expected``'s values (any dtype; another device is never the same)."""
-    return isinstance(got, torch.Tensor) and got.device == expected.device and close(got, expected)
+    return (
+        isinstance(got, torch.Tensor)
+        and got.layout == torch.strided
+        and got.device == expected.device
+        and close(got, expected)
+    )
 
 
 def _named(got, q, k):
@@ -182,6 +188,8 @@ def check_attention_scores(candidate):
                 raise
             _explain_failure(candidate, description, q, k, str(m))
         expect_tensor(got, what=f"score matrix for {description}")
+        if got.layout != torch.strided:
+            raise Mistake(f"your scores are a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse().")
         if got.device != q.device:
             raise Mistake(
                 f"{OTHER_DEVICE} ({got.device}; the inputs are on {q.device}): compute on the inputs' device, "

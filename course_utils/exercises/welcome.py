@@ -40,6 +40,8 @@ def check_normalise_scores(candidate):
             raise
         expected = normalise_scores(scores)
         expect_tensor(got, dtype=scores.dtype, what="weights")
+        if got.layout != torch.strided:
+            raise Mistake(f"your weights are a {got.layout} tensor: return an ordinary dense tensor.")
         if got.device != scores.device:
             raise Mistake(
                 f"your weights are on {got.device}, the scores on {scores.device}: leave out .to(...) / .cuda()."
