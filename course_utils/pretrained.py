@@ -17,6 +17,7 @@ the attention of the real model.
     tokens, attn = attention_maps("Orange is my favorite fruit")   # attn: [6, 12, seq, seq]
 """
 
+import contextlib
 import copy
 import functools
 import json
@@ -48,6 +49,10 @@ __all__ = [
     "hidden_states",
     "query_key_vectors",
     "sentence_embeddings",
+    "check_head_mask",
+    "masked_heads",
+    "head_means",
+    "mean_pool",
 ]
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -360,15 +365,88 @@ def _as_texts(texts):
     return list(texts)
 
 
+# ---------------------------------------------------------------------------
+# Removing heads (lesson 06b): a mask on each layer's concatenated head outputs
+# ---------------------------------------------------------------------------
+
+
+def check_head_mask(head_mask, model):
+    """A float [layers, heads] tensor with values in [0, 1] on the model's device, or a clear error."""
+    layers, heads = model.config.num_layers, model.config.num_heads
+    if not isinstance(head_mask, torch.Tensor):
+        raise TypeError(
+            f"head_mask must be a torch tensor of shape [layers, heads] = [{layers}, {heads}], "
+            f"got {type(head_mask).__name__}; e.g. torch.ones({layers}, {heads}) keeps every head"
+        )
+    if tuple(head_mask.shape) != (layers, heads):
+        raise ValueError(
+            f"head_mask must have shape [layers, heads] = [{layers}, {heads}], got {tuple(head_mask.shape)}"
+            + ("; layers come first" if tuple(head_mask.shape) == (heads, layers) else "")
+        )
+    mask = head_mask.detach().to(device=model.pooler.weight.device, dtype=model.pooler.weight.dtype)
+    if not bool(torch.isfinite(mask).all()) or bool((mask < 0).any()) or bool((mask > 1).any()):
+        raise ValueError(
+            f"head_mask values must lie in [0, 1] (1 keeps a head, 0 removes it, 0.5 halves it), got "
+            f"{head_mask.min().item():.3g} to {head_mask.max().item():.3g}"
+        )
+    return mask
+
+
+@contextlib.contextmanager
+def masked_heads(model, head_mask=None, means=None):
+    """Inside this block, head h of layer l hands over head_mask[l, h] times its output.
+
+    A head's output is its slice of the [B, S, heads * head_dim] tensor that the
+    layer's output projection (``output_linear``) receives: scaling the slice before
+    that projection removes the head's contribution and nothing else. With ``means``
+    ([layers, heads, head_dim], from ``head_means``) a removed head hands over its
+    average output instead of zeros (mean-ablation). The hooks are removed on exit,
+    even after an error, because the model is shared by every cell of a lesson.
+    """
+    if head_mask is None:
+        yield model
+        return
+    mask = check_head_mask(head_mask, model)
+    if means is not None and tuple(means.shape) != (*mask.shape, model.config.head_dim):
+        raise ValueError(
+            f"means must be [layers, heads, head_dim] = {(*mask.shape, model.config.head_dim)} "
+            f"(what head_means returns), got {tuple(means.shape)}"
+        )
+
+    def hook_for(layer):
+        keep = mask[layer][:, None]  # [heads, 1]: one factor per head's slice
+
+        def scale_heads(module, args):
+            x = args[0]  # [B, S, heads * head_dim], the heads' outputs side by side
+            per_head = x.unflatten(-1, (keep.shape[0], -1))  # [B, S, heads, head_dim]
+            replaced = 0.0 if means is None else (1 - keep) * means[layer].to(x)
+            return ((per_head * keep + replaced).flatten(-2), *args[1:])
+
+        return scale_heads
+
+    handles = []
+    try:
+        for layer, block in enumerate(model.encoder.layers):
+            handles.append(block.self_attention.output_linear.register_forward_pre_hook(hook_for(layer)))
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @torch.no_grad()
-def encode(texts, model=None):
-    """Tokenize one text or a list of texts (padded to the longest) and run the encoder."""
+def encode(texts, model=None, head_mask=None, means=None):
+    """Tokenize one text or a list of texts (padded to the longest) and run the encoder.
+
+    ``head_mask`` [layers, heads]: 1 keeps a head, 0 removes its output (see ``masked_heads``).
+    """
     model = load_model() if model is None else model
     encodings = model.tokenizer.encode_batch(_as_texts(texts))
     device = model.pooler.weight.device
     input_ids = torch.tensor([e.ids for e in encodings], device=device)
     token_type_ids = torch.tensor([e.type_ids for e in encodings], device=device)
-    last = model(input_ids, token_type_ids)
+    with masked_heads(model, head_mask, means):
+        last = model(input_ids, token_type_ids)
     return EncoderOutput(
         tokens=[e.tokens for e in encodings],
         input_ids=input_ids,
@@ -385,21 +463,23 @@ def _single(text):
     return text
 
 
-def attention_maps(text, model=None):
+def attention_maps(text, model=None, head_mask=None):
     """(tokens, attentions [layers, heads, seq, seq]) for one sentence, on the CPU.
 
     attentions[l, h, i, j] is how much token i attends to token j in head h of layer l.
+    With a ``head_mask``, the maps of the model with those heads removed (a removed
+    head still computes its weights; only the layers above it see the change).
     """
-    out = encode(_single(text), model)
+    out = encode(_single(text), model, head_mask)
     return out.tokens[0], out.attentions[:, 0].cpu()
 
 
-def hidden_states(text, model=None):
+def hidden_states(text, model=None, head_mask=None):
     """(tokens, hidden states [layers + 1, seq, d_model]) for one sentence, on the CPU.
 
     Index 0 is the embeddings' output (the encoder's input), index l the output of layer l.
     """
-    out = encode(_single(text), model)
+    out = encode(_single(text), model, head_mask)
     return out.tokens[0], out.hidden_states[:, 0].cpu()
 
 
@@ -421,15 +501,47 @@ def query_key_vectors(text, layer, model=None):
     return out.tokens[0], q[0].cpu(), k[0].cpu()
 
 
+def mean_pool(states, input_ids, pad_token_id=0):
+    """Mean of the vectors [B, S, d] over each sentence's real tokens (not [PAD]) -> [B, d]."""
+    real = (input_ids != pad_token_id).unsqueeze(-1).to(states.dtype)  # [B, S, 1]
+    return (states * real).sum(1) / real.sum(1)
+
+
 @torch.no_grad()
-def sentence_embeddings(texts, model=None):
+def sentence_embeddings(texts, model=None, head_mask=None, means=None):
     """all-MiniLM-L6-v2's sentence embeddings [B, d_model]: mean over real tokens, unit length.
 
     This is what the model was trained for: similar sentences get embeddings with a
-    high cosine similarity (the dot product of two unit vectors).
+    high cosine similarity (the dot product of two unit vectors). ``head_mask``
+    [layers, heads] removes heads (1 keeps, 0 removes, see ``masked_heads``); with
+    ``means`` from ``head_means`` a removed head hands over its mean output instead of zeros.
     """
     model = load_model() if model is None else model
-    out = encode(texts, model)
-    real = (out.input_ids != model.config.pad_token_id).unsqueeze(-1).float()  # [B, S, 1]
-    mean = (out.last_hidden_state * real).sum(1) / real.sum(1)
+    out = encode(texts, model, head_mask, means)
+    mean = mean_pool(out.last_hidden_state, out.input_ids, model.config.pad_token_id)
     return torch.nn.functional.normalize(mean, dim=-1).cpu()
+
+
+@torch.no_grad()
+def head_means(texts, model=None):
+    """Each head's output averaged over all real tokens of ``texts``: [layers, heads, head_dim].
+
+    What mean-ablation puts in place of a removed head: the head's typical output,
+    so the layers above still get input of the usual size, only without what the
+    head says about *this* sentence.
+    """
+    model = load_model() if model is None else model
+    outputs = []
+
+    def keep_input(module, args):
+        outputs.append(args[0])
+
+    handles = [b.self_attention.output_linear.register_forward_pre_hook(keep_input) for b in model.encoder.layers]
+    try:
+        out = encode(texts, model)
+    finally:
+        for handle in handles:
+            handle.remove()
+    real = out.input_ids != model.config.pad_token_id  # [B, S]
+    heads = model.config.num_heads
+    return torch.stack([x[real].unflatten(-1, (heads, -1)).mean(0) for x in outputs])
