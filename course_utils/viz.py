@@ -314,6 +314,7 @@ def _matrix(ax, values, cmap, vmin, vmax, numbers=None, fontsize=TICK_FONT, line
     ax.set_xlim(0, values.shape[1])
     ax.set_ylim(values.shape[0], 0)
     ax.set_aspect("equal")
+    ax.grid(False)  # a style's grid lines (e.g. seaborn's theme) would cross the cells
     ax.set_xticks([])
     ax.set_yticks([])
     for spine in ax.spines.values():
@@ -431,7 +432,7 @@ def heatmap(
     return fig
 
 
-def _draw_bipartite(ax, weights, query_tokens, key_tokens, color, threshold=0.02, dashed=False):
+def _draw_bipartite(ax, weights, query_tokens, key_tokens, color, threshold=0.02, dashed=False, label_step=1):
     """Head view of one head: queries on the left, keys on the right, a line per pair,
     as opaque as its weight: query i's line to key j goes from (0, y_q[i]) to (1, y_k[j])."""
     from matplotlib.collections import LineCollection
@@ -450,10 +451,10 @@ def _draw_bipartite(ax, weights, query_tokens, key_tokens, color, threshold=0.02
                 colors.append((*rgb, float(weights[i, j])))
     ax.add_collection(LineCollection(segments, colors=colors, linewidths=2.2, linestyles="--" if dashed else "-"))
     size = _tick_font(n)
-    for i, tok in enumerate(query_tokens):
-        ax.text(-0.06, y_q[i], tok, ha="right", va="center", fontsize=size)
-    for j, tok in enumerate(key_tokens):
-        ax.text(1.06, y_k[j], tok, ha="left", va="center", fontsize=size)
+    for i in range(0, n_q, label_step):  # every token, or every label_step-th in a long text
+        ax.text(-0.06, y_q[i], query_tokens[i], ha="right", va="center", fontsize=size)
+    for j in range(0, n_k, label_step):
+        ax.text(1.06, y_k[j], key_tokens[j], ha="left", va="center", fontsize=size)
     longest = max(len(t) for t in query_tokens + key_tokens)
     margin = 0.1 + 0.09 * min(longest, 40)  # in units of the line length
     ax.set_xlim(-margin, 1 + margin)
@@ -468,11 +469,14 @@ def _head_view_figure(arr, query_tokens, key_tokens, layer, heads, pyplot=True, 
     longest = max(len(t) for t in query_tokens + key_tokens)
     panel_w = 1.4 + 0.18 * min(longest, 40)  # room for the tokens on both sides of the lines
     width = cols * panel_w
-    fig = _new_figure((width, rows * (0.28 * n + 0.7) + 0.3), pyplot)
+    # a row per token, 0.28 inch apart, closer together when the figure would pass MAX_FIGURE_INCHES
+    row = min(0.28, (MAX_FIGURE_INCHES[1] - 0.3 - 0.7 * rows) / (rows * n))
+    fig = _new_figure((width, rows * (row * n + 0.7) + 0.3), pyplot)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    step = _label_step(n, row * n, _tick_font(n))
     for ax, head in zip(axes, heads, strict=False):
         color, dashed = head_style(head)
-        _draw_bipartite(ax, arr[layer, head], query_tokens, key_tokens, color, dashed=dashed)
+        _draw_bipartite(ax, arr[layer, head], query_tokens, key_tokens, color, dashed=dashed, label_step=step)
         ax.set_title(f"head {head}", fontsize=10, color=color)
     for ax in axes[len(heads) :]:
         ax.set_visible(False)

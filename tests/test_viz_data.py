@@ -338,6 +338,11 @@ def test_model_view_of_a_long_text_is_cut_to_max_tokens_and_says_so():
     assert view.note in view.description and "first 64 of 512 tokens" in view.html
     head = viz.head_view(w, tokens)
     assert len(head.html) < 2_000_000 and "max_tokens=512" in head.note
+    fig = viz.head_view(w, tokens, interactive=False)  # 12 panels of 64 tokens
+    assert fig.get_size_inches()[1] <= viz.MAX_FIGURE_INCHES[1]
+    left_labels = [t.get_text() for t in panels(fig)[0].texts if t.get_position()[0] < 0]
+    step = int(left_labels[1].removeprefix("t"))  # every step-th token is named, evenly
+    assert 8 <= len(left_labels) < 64 and left_labels == [f"t{i}" for i in range(0, 64, step)]
 
 
 def test_max_tokens_asks_for_more_or_all():
