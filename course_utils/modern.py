@@ -183,7 +183,8 @@ def sliding_window_mask(seq_len, window, causal=True, device=None):
 
     causal=True (Mistral's form): j <= i and i - j < window, i.e. the query and
     the window - 1 keys before it. causal=False: |i - j| < window, the window - 1
-    keys on each side (2 * window - 1 keys in all, as in Longformer's local attention).
+    keys on each side (2 * window - 1 keys in all), a two-sided local attention for
+    encoders (Longformer's idea).
     """
     _positive_int("seq_len", seq_len)
     _positive_int("window", window)
