@@ -255,7 +255,7 @@ def layer_separation(pairs, is_paraphrase, model=None):
 def load_sweep(kind="zero", path=None):
     """The stored one-head-at-a-time effects [layers, heads] ('zero' or 'mean' ablation).
 
-    72 runs take about a minute on a laptop CPU, too long for the lesson's budget,
+    72 runs cost as much as about 40 full passes over the pairs, too long for the lesson's budget,
     so they were made once with ``ablation_effects``; the lesson recomputes a layer
     live and checks it against these numbers.
     """
