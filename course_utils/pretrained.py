@@ -15,6 +15,10 @@ transformers' BertModel to 1e-5, which proves the learner-built attention is
 the attention of the real model.
 
     tokens, attn = attention_maps("Orange is my favorite fruit")   # attn: [6, 12, seq, seq]
+
+Lesson 06b removes heads: ``head_mask`` [layers, heads] (1 keeps a head, 0 removes
+its output before the layer's output projection) in ``encode``, ``attention_maps``,
+``hidden_states`` and ``sentence_embeddings``; ``head_means`` for mean-ablation.
 """
 
 import contextlib
@@ -404,13 +408,17 @@ def masked_heads(model, head_mask=None, means=None):
     even after an error, because the model is shared by every cell of a lesson.
     """
     if head_mask is None:
+        if means is not None:
+            raise ValueError("means replace removed heads, so they need a head_mask saying which heads to remove")
         yield model
         return
     mask = check_head_mask(head_mask, model)
-    if means is not None and tuple(means.shape) != (*mask.shape, model.config.head_dim):
+    if means is not None and (
+        not isinstance(means, torch.Tensor) or means.shape != (*mask.shape, model.config.head_dim)
+    ):
         raise ValueError(
             f"means must be [layers, heads, head_dim] = {(*mask.shape, model.config.head_dim)} "
-            f"(what head_means returns), got {tuple(means.shape)}"
+            f"(what head_means returns), got {tuple(means.shape) if isinstance(means, torch.Tensor) else type(means).__name__}"
         )
 
     def hook_for(layer):
@@ -438,7 +446,8 @@ def masked_heads(model, head_mask=None, means=None):
 def encode(texts, model=None, head_mask=None, means=None):
     """Tokenize one text or a list of texts (padded to the longest) and run the encoder.
 
-    ``head_mask`` [layers, heads]: 1 keeps a head, 0 removes its output (see ``masked_heads``).
+    ``head_mask`` [layers, heads]: 1 keeps a head, 0 removes its output (see ``masked_heads``);
+    ``means`` (from ``head_means``): what a removed head hands over instead of zeros.
     """
     model = load_model() if model is None else model
     encodings = model.tokenizer.encode_batch(_as_texts(texts))

@@ -159,6 +159,15 @@ def test_bad_masks_get_clear_errors(model, head_mask, error, words):
         assert not block.self_attention.output_linear._forward_pre_hooks
 
 
+def test_bad_means_get_clear_errors(model):
+    with pytest.raises(ValueError, match="need a head_mask"):
+        pretrained.sentence_embeddings(SENTENCES, model, means=torch.zeros(6, 12, 32))
+    with pytest.raises(ValueError, match="head_dim"):
+        pretrained.sentence_embeddings(SENTENCES, model, head_mask=torch.ones(6, 12), means=torch.zeros(6, 12))
+    with pytest.raises(ValueError, match="list"):
+        pretrained.sentence_embeddings(SENTENCES, model, head_mask=torch.ones(6, 12), means=[0.0])
+
+
 def test_attention_maps_and_hidden_states_take_the_mask(model):
     mask = ablation.heads_mask([(1, 3)])
     tokens, intact = pretrained.attention_maps(SENTENCES[0], model)
