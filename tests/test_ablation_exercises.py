@@ -14,13 +14,17 @@ def run(candidate):
     return check(EX, candidate, quiet=True)
 
 
-def planted(similarity="cosine", baseline=True, sign=1, reset=True, remove="head", split=True, transpose=False):
+def planted(
+    similarity="cosine", baseline=True, sign=1, reset=True, remove="head", split=True, transpose=False, pooled=False
+):
     """The per-head loop written out; each argument plants one mistake."""
 
     def candidate(embed_pairs, is_paraphrase, num_layers, num_heads):
         def gap(mask):
             a, b = embed_pairs(mask)
             s = F.cosine_similarity(a, b, dim=-1) if similarity == "cosine" else (a * b).sum(-1)
+            if pooled:  # no groups at all
+                return s.mean()
             return s[is_paraphrase].mean() - (s[~is_paraphrase].mean() if split else 0)
 
         shape = (num_heads, num_layers) if transpose else (num_layers, num_heads)
@@ -74,6 +78,7 @@ def test_stub_is_not_attempted():
         ({"remove": "only"}, "kept only the one head"),
         ({"split": False}, "paraphrase pairs only"),
         ({"transpose": True}, "layers come first"),
+        ({"pooled": True}, "all pairs at once"),
     ],
 )
 def test_each_planted_mistake_is_named(options, words):

@@ -50,17 +50,17 @@ def _gap(a, b, is_paraphrase, similarity):
     return s[is_paraphrase].mean() - s[~is_paraphrase].mean()
 
 
-def _effects(model, is_paraphrase, mask_for, similarity, reset=True, baseline=True, sign=1):
+def _effects(model, is_paraphrase, mask_for, similarity, reset=True, baseline=True, sign=1, gap=_gap):
     """The effects computed in the right way or with one planted mistake."""
     keep = torch.ones(model.layers, model.heads)
-    base = _gap(*model(keep), is_paraphrase, similarity)
+    base = gap(*model(keep), is_paraphrase, similarity)
     effects = torch.zeros(model.layers, model.heads)
     mask = keep.clone()
     for layer in range(model.layers):
         for head in range(model.heads):
             mask = mask_for(keep.clone() if reset else mask, layer, head)
-            gap = _gap(*model(mask), is_paraphrase, similarity)
-            effects[layer, head] = sign * ((base if baseline else 0) - gap)
+            ablated = gap(*model(mask), is_paraphrase, similarity)
+            effects[layer, head] = sign * ((base if baseline else 0) - ablated)
     return effects
 
 
@@ -88,6 +88,9 @@ def _known_mistakes(model, is_paraphrase):
         mask.zero_()
         mask[layer, head] = 1.0
         return mask
+
+    def mean_of_all_pairs(a, b, is_paraphrase, similarity):
+        return similarity(a, b).mean()
 
     def run(**kwargs):
         options = {"mask_for": _remove, "similarity": _cosine, **kwargs}
@@ -135,6 +138,11 @@ def _known_mistakes(model, is_paraphrase):
             "you averaged the similarity of the paraphrase pairs only. The gap subtracts the mean cosine of "
             "the non-paraphrase pairs (is_paraphrase False) from that of the paraphrases.",
             run(similarity=only_paraphrases),
+        ),
+        (
+            "you averaged the similarity over all pairs at once. The gap compares two groups: the mean cosine "
+            "of the paraphrase pairs (is_paraphrase True) minus the mean cosine of the others.",
+            run(gap=mean_of_all_pairs),
         ),
     ]
     if model.layers == model.heads:
