@@ -7,8 +7,9 @@ global random state, retrains an already trained model or appends to a table aga
 fails here. (nbval runs the notebooks as committed, with the stubs unsolved.)
 """
 
+import re
+
 import nbformat
-import pytest
 
 from course_utils.exercises import exercise_ids
 from tests.notebook_tools import execute_with_reruns, exercise_cells, lesson_notebooks, output_text
@@ -19,8 +20,7 @@ def _varies_by_design(cell):
     return first.strip().lstrip("#").strip() in {"NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP"}
 
 
-@pytest.mark.parametrize("nb_path", lesson_notebooks(), ids=lambda p: p.name)
-def test_run_all_solved_and_every_cell_twice(nb_path):
+def _run_all_solved_and_every_cell_twice(nb_path):
     nb, second_runs = execute_with_reruns(nb_path, inject=True)
     text = "\n".join(output_text(c) for c in nb.cells if c.cell_type == "code")
     ids = {c.metadata["exercise_id"] for c in exercise_cells(nb)}
@@ -36,6 +36,15 @@ def test_run_all_solved_and_every_cell_twice(nb_path):
             f"(seed it inside the cell, or build its state afresh):\n{first.source[:300]}\n"
             f"--- first run:\n{output_text(first)[:600]}\n--- second run:\n{output_text(again)[:600]}"
         )
+
+
+# One test class per notebook: pytest-xdist's loadscope spreads classes over the workers
+# (a parametrized function would keep every notebook on one worker).
+for _path in lesson_notebooks():
+    _name = "TestRunAll_" + re.sub(r"\W", "_", _path.stem)
+    globals()[_name] = type(
+        _name, (), {"test_solved_and_every_cell_twice": lambda self, p=_path: _run_all_solved_and_every_cell_twice(p)}
+    )
 
 
 def test_every_exercise_appears_in_a_lesson():
