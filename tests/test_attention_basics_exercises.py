@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.exercises import attention_basics as ab
-from course_utils.exercises import check, qkv, solution
+from course_utils.exercises import check, checking, qkv, solution
 
 
 def assert_caught(exercise_id, candidate, phrase):
@@ -277,7 +277,7 @@ SOFTMAX_MISTAKES = {
     "in place": (_in_place_softmax, "in place"),
     "float32 result": (lambda x, dim=-1: torch.softmax(x.float(), dim=dim), "keep the input's dtype"),
     "int result": (lambda x, dim=-1: torch.softmax(x, dim=dim).long(), "keep the input's dtype"),
-    "result on another device": (lambda x, dim=-1: torch.softmax(x, dim=dim).to("meta"), ab.OTHER_DEVICE),
+    "result on another device": (lambda x, dim=-1: torch.softmax(x, dim=dim).to("meta"), checking.OTHER_DEVICE),
 }
 
 
@@ -540,7 +540,7 @@ def test_sdpa_cases_vary_every_size():
 
 @pytest.mark.parametrize(
     "convert, phrase",
-    [(lambda t: t.long(), "dtype"), (lambda t: t.double(), "float64"), (lambda t: t.to("meta"), ab.OTHER_DEVICE)],
+    [(lambda t: t.long(), "dtype"), (lambda t: t.double(), "float64"), (lambda t: t.to("meta"), checking.OTHER_DEVICE)],
     ids=["int", "float64", "meta device"],
 )
 def test_sdpa_unusual_outputs_get_a_mistake_not_a_crash(convert, phrase):

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import efficient as ex
 
 # ---------------------------------------------------------------- online_softmax
@@ -280,7 +280,7 @@ def test_tiled_with_one_maximum_shared_by_all_queries_is_named():
 
 @pytest.mark.parametrize(
     "convert, phrase",
-    [(lambda t: t.long(), "dtype"), (lambda t: t.double(), "float64"), (lambda t: t.to("meta"), ex.OTHER_DEVICE)],
+    [(lambda t: t.long(), "dtype"), (lambda t: t.double(), "float64"), (lambda t: t.to("meta"), checking.OTHER_DEVICE)],
     ids=["int", "float64", "meta device"],
 )
 def test_unusual_outputs_get_a_mistake_not_a_crash(convert, phrase):

@@ -1,7 +1,6 @@
 """`make install`: refuses a Python the pins cannot serve, rebuilds a broken .venv, installs
 PyTorch with its dependencies and everything else exactly as pinned."""
 
-import re
 import subprocess
 import sys
 import venv

@@ -16,7 +16,18 @@ import torch
 
 from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, NotAttempted, call, close, describe, expect_tensor, generator
+from course_utils.exercises.checking import (
+    NOT_DENSE,
+    OTHER_DEVICE,
+    Mistake,
+    NotAttempted,
+    call,
+    close,
+    describe,
+    expect_plain,
+    expect_tensor,
+    generator,
+)
 from course_utils.softmax import stable_softmax
 
 # Distinctive phrases, one per mistake (the tests look for them).
@@ -52,26 +63,11 @@ CAUSAL_NO_DIAGONAL = "the diagonal is missing"
 CAUSAL_INVERTED = "your mask marks the forbidden positions"
 CAUSAL_ADDITIVE = "an additive float mask"
 CAUSAL_VALUES = "a mask holds only True/False or 1/0"
-OTHER_DEVICE = "is on another device"
-NOT_DENSE = "not an ordinary dense tensor"
 
 _UNBATCHED_ADVICE = (
     "`k.T` / `k.t()` only transpose 2-D tensors; `k.transpose(-2, -1)` swaps the last two axes "
     "whatever batch and head axes come first. Likewise use `dim=-1` rather than `dim=1`."
 )
-
-
-def _expect_plain(got, device, what):
-    """An ordinary (dense) tensor on the inputs' device: comparing anything else would fail inside the checker."""
-    if got.layout != torch.strided:
-        raise Mistake(
-            f"your {what} is a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse() (or add .to_dense())."
-        )
-    if got.device != device:
-        raise Mistake(
-            f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({device}). Make new tensors on the "
-            f"inputs' device (`device=x.device`, `torch.zeros_like(...)`) and leave out .to(...) / .cuda()."
-        )
 
 
 # --------------------------------------------------------------------------- stable_softmax
@@ -191,7 +187,7 @@ def check_stable_softmax(candidate):
         expect_tensor(got, expected.shape, what=f"result for {description}")
         if got.dtype != x.dtype:
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
-        _expect_plain(got, x.device, f"result for {description}")
+        expect_plain(got, x.device, f"result for {description}")
         # float32 has ~3 decimal digits left after 10000: x - logsumexp(x) is then only good to ~1e-3
         atol = 1e-3 if x.abs().nan_to_num(0, 0, 0).max() > 100 else 1e-5
         if close(got, expected, atol=atol):
@@ -467,7 +463,7 @@ def _unpack(got, expected_out, expected_w, description):
         raise Mistake(f"{WRONG_ORDER}: return (output, weights), output [..., L_q, d_v] first. ({description})")
     for name, got_t, expected_t in (("output", out, expected_out), ("weights", weights, expected_w)):
         expect_tensor(got_t, expected_t.shape, dtype=expected_t.dtype, what=f"{name} for {description}")
-        _expect_plain(got_t, expected_t.device, f"{name} for {description}")
+        expect_plain(got_t, expected_t.device, f"{name} for {description}")
     return out, weights
 
 

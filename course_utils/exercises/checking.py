@@ -32,6 +32,9 @@ __all__ = [
     "describe_arguments",
     "close",
     "generator",
+    "expect_plain",
+    "OTHER_DEVICE",
+    "NOT_DENSE",
     "preserved_state",
     "time_limit",
     "is_learner_code",
@@ -349,6 +352,24 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
         raise Mistake(f"the {what} should have shape {tuple(shape)}, but has shape {tuple(got.shape)}.")
     if dtype is not None and got.dtype != dtype:
         raise Mistake(f"the {what} should have dtype {dtype}, but has dtype {got.dtype}.")
+
+
+# What the learner sees for an output the comparisons cannot read (the tests look for these phrases)
+OTHER_DEVICE = "is on another device"
+NOT_DENSE = "not an ordinary dense tensor"
+
+
+def expect_plain(got, device, what="output"):
+    """An ordinary (dense) tensor on the inputs' device: comparing anything else would fail inside the checker."""
+    if got.layout != torch.strided:
+        raise Mistake(
+            f"your {what} is a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse() (or add .to_dense())."
+        )
+    if got.device != device:
+        raise Mistake(
+            f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({device}). Make new tensors on the "
+            f"inputs' device (`device=x.device`, `torch.zeros_like(...)`) and leave out .to(...) / .cuda()."
+        )
 
 
 def close(a, b, atol=1e-5, rtol=1e-4):

@@ -19,7 +19,14 @@ from torch.overrides import TorchFunctionMode
 
 from course_utils.efficient import online_softmax, tiled_attention
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor, generator
+from course_utils.exercises.checking import (
+    Mistake,
+    call,
+    diagnose,
+    expect_plain,
+    expect_tensor,
+    generator,
+)
 
 # Distinctive phrases, one per mistake (the tests look for them).
 OS_NO_RESCALE = "you did not rescale the running sum"
@@ -31,8 +38,6 @@ OS_WHOLE_ROW = "you reduced over the whole row at once"
 OS_WIDE_BLOCKS = "your blocks are wider than block_size"
 OS_ONE_FOR_ALL_ROWS = "you kept one running maximum and one sum for all rows together"
 OS_SHARED_MAX = "you kept one running maximum shared by all rows"
-OTHER_DEVICE = "is on another device"
-NOT_DENSE = "not an ordinary dense tensor"
 
 T_NO_RESCALE = "you did not rescale the running sum and the output"
 T_NO_RESCALE_OUT = "you rescaled the running sum but not the output"
@@ -93,19 +98,6 @@ def _watch(candidate, *args):
     with watch:
         call(candidate, *args)
     return watch.calls
-
-
-def _expect_plain(got, device, what):
-    """An ordinary (dense) tensor on the inputs' device: comparing anything else would fail inside the checker."""
-    if got.layout != torch.strided:
-        raise Mistake(
-            f"your {what} is a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse() (or add .to_dense())."
-        )
-    if got.device != device:
-        raise Mistake(
-            f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({device}). Make new tensors on the "
-            f"inputs' device (`device=x.device`, `torch.zeros_like(...)`) and leave out .to(...) / .cuda()."
-        )
 
 
 # --------------------------------------------------------------------------- online_softmax
@@ -252,7 +244,7 @@ def check_online_softmax(candidate):
         expect_tensor(got, expected.shape, what=f"result for {description}")
         if got.dtype != x.dtype:
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
-        _expect_plain(got, x.device, f"result for {description}")
+        expect_plain(got, x.device, f"result for {description}")
         diagnose(
             got,
             expected,
@@ -485,7 +477,7 @@ def check_tiled_attention(candidate):
         expect_tensor(got, expected.shape, what=f"output for {description}")
         if got.dtype != q.dtype:
             raise Mistake(f"the output should keep the input's dtype {q.dtype}, but it is {got.dtype} ({description}).")
-        _expect_plain(got, q.device, f"output for {description}")
+        expect_plain(got, q.device, f"output for {description}")
         # large scores: float32 rounding of scores ~100 moves the weights by ~1e-5 relative
         atol = 1e-4 if q.abs().max() > 10 else 1e-5
         diagnose(
