@@ -8,19 +8,7 @@ import torch.nn.functional as F
 
 from course_utils.exercises import attention_basics as ab
 from course_utils.exercises import check, checking, qkv, solution
-
-
-def assert_caught(exercise_id, candidate, phrase):
-    result = check(exercise_id, candidate, quiet=True)
-    assert not result.passed, f"{exercise_id}: a wrong candidate passed (expected {phrase!r})"
-    assert result.status == "not yet"
-    assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
-
-
-def assert_passes(exercise_id, candidate):
-    result = check(exercise_id, candidate, quiet=True)
-    assert result.passed, result.message
-
+from tests.exercise_asserts import assert_caught, assert_passes
 
 # --------------------------------------------------------------------------- building blocks for candidates
 

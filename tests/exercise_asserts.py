@@ -1,0 +1,15 @@
+"""Assertions the exercise tests share: a planted mistake is caught by name, a solution passes."""
+
+from course_utils.exercises import check
+
+
+def assert_caught(exercise_id, candidate, phrase):
+    result = check(exercise_id, candidate, quiet=True)
+    assert not result.passed, f"{exercise_id}: a wrong candidate passed (expected {phrase!r})"
+    assert result.status == "not yet"
+    assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
+
+
+def assert_passes(exercise_id, candidate):
+    result = check(exercise_id, candidate, quiet=True)
+    assert result.passed, result.message
