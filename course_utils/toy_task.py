@@ -18,11 +18,12 @@ The held-out sequences never appear in training: ``train`` drops them from
 every batch, so the accuracy measures generalisation, not memory.
 """
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from course_utils.training import fit, training_step
 
 __all__ = ["ToyTask", "sequence_ids", "accuracy", "training_step", "train", "attention_share", "attention_by_value"]
 
@@ -102,30 +103,6 @@ def accuracy(model, inputs, targets, batch_size=1000):
     return right.float().mean().item(), right.all(dim=-1).float().mean().item()
 
 
-def training_step(model, optimizer, inputs, targets):
-    """One step of gradient descent on a batch; returns the batch's loss (before the update) as a float.
-
-    inputs, targets: [B, S] token ids; the model gives logits [B, S, V].
-    """
-    model.train()  # dropout (if any) on: the model may come from an evaluation in eval mode
-    logits = model(inputs)  # [B, S, V]: a score for every possible token at every position
-    # one classification per position: cross_entropy wants [N, V] scores and [N] targets,
-    # so every position of every sequence becomes one row (B * S rows)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-    optimizer.zero_grad()  # backward() ADDS to .grad: clear the previous step's gradients first
-    loss.backward()  # d loss / d parameter, into every parameter's .grad
-    optimizer.step()  # move the parameters, using those gradients
-    return loss.item()  # a float: keeping the tensor would keep its whole graph alive
-
-
-def _learning_rate(step, steps, peak, warmup):
-    # linear warm-up, then a cosine decay to zero: large steps early, fine ones at the end
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return peak * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 def train(
     model,
     task,
@@ -145,52 +122,34 @@ def train(
     Returns a dict with ``loss`` (one value per step), ``eval_steps`` and the
     held-out ``token_accuracy`` / ``sequence_accuracy`` at those steps.
     ``step``: the function that does one training step (``training_step``, or a learner's own).
-    ``single_thread``: on a CPU, a model this small trains faster on one thread
-    (no cost of coordinating threads) and the result does not depend on the core count.
+    The loop itself is ``course_utils.training.fit``.
     """
-    from tqdm import tqdm  # the plain (text) bar: it goes to stderr, which the notebook tests ignore
-
-    device = next(model.parameters()).device
     held_out_ids = sequence_ids(held_out[0], task.vocab_size)
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    history = {"loss": [], "eval_steps": [], "token_accuracy": [], "sequence_accuracy": []}
-    threads = torch.get_num_threads()
-    if single_thread and device.type == "cpu":
-        torch.set_num_threads(1)
-    try:
-        model.train()
-        bar = tqdm(range(steps), desc=f"training on {task.name}", disable=not progress, mininterval=0.5)
-        for step_index in bar:
-            inputs, targets = task.sample(batch_size, generator)
-            keep = ~torch.isin(sequence_ids(inputs, task.vocab_size), held_out_ids)  # never train on held-out data
-            if not keep.any():
-                # usually the same seed for training and held-out data: it draws the held-out sequences
-                # again, so every batch would be empty and its loss NaN
-                raise ValueError(
-                    f"every sequence of training batch {step_index} is held out: if train(seed={seed}) uses the seed "
-                    f"of task.held_out, it draws the held-out sequences again; use another seed for training "
-                    f"(or hold out fewer of the task's {task.vocab_size}**{task.seq_len} sequences)"
-                )
-            inputs, targets = inputs[keep].to(device), targets[keep].to(device)
-            for group in optimizer.param_groups:
-                group["lr"] = _learning_rate(step_index, steps, lr, warmup)
-            loss = step(model, optimizer, inputs, targets)
-            if not isinstance(loss, float):
-                raise TypeError(
-                    f"step(...) must return the loss as a Python float (loss.item()), got {type(loss).__name__}"
-                )
-            history["loss"].append(loss)
-            if (step_index + 1) % eval_every == 0 or step_index + 1 == steps:
-                token_acc, seq_acc = accuracy(model, *held_out)
-                history["eval_steps"].append(step_index + 1)
-                history["token_accuracy"].append(token_acc)
-                history["sequence_accuracy"].append(seq_acc)
-                bar.set_postfix(loss=f"{loss:.4f}", held_out_seq_acc=f"{seq_acc:.3f}")
-    finally:
-        torch.set_num_threads(threads)
-    model.eval()
-    return history
+    batches = iter(range(steps))
+
+    def sample_batch(generator):
+        step_index = next(batches)
+        inputs, targets = task.sample(batch_size, generator)
+        keep = ~torch.isin(sequence_ids(inputs, task.vocab_size), held_out_ids)  # never train on held-out data
+        if not keep.any():
+            # usually the same seed for training and held-out data: it draws the held-out sequences
+            # again, so every batch would be empty and its loss NaN
+            raise ValueError(
+                f"every sequence of training batch {step_index} is held out: if train(seed={seed}) uses the seed "
+                f"of task.held_out, it draws the held-out sequences again; use another seed for training "
+                f"(or hold out fewer of the task's {task.vocab_size}**{task.seq_len} sequences)"
+            )
+        return inputs[keep], targets[keep]
+
+    def evaluate():
+        token_acc, seq_acc = accuracy(model, *held_out)
+        return {"token_accuracy": token_acc, "sequence_accuracy": seq_acc}
+
+    return fit(
+        model, sample_batch, steps=steps, lr=lr, warmup=warmup, seed=seed, evaluate=evaluate,
+        eval_every=eval_every, progress=progress, single_thread=single_thread, step=step,
+        desc=f"training on {task.name}",
+    )  # fmt: skip
 
 
 def attention_share(attentions, marked):
