@@ -84,6 +84,20 @@ def check_model(path=None):
     return "ok", f"pretrained MiniLM found at {found}"
 
 
+def check_triton(platform=sys.platform, import_module=importlib.import_module):
+    """Lesson 09's kernels: compiled on a CUDA GPU, or run by Triton's interpreter on the CPU."""
+    try:
+        triton = import_module("triton")
+    except Exception as e:
+        if platform != "linux":
+            return (
+                "note",
+                f"no Triton (there is none for {platform}): lesson 09 explains its kernel but does not run it",
+            )
+        return "FIX", f"Triton does not import ({type(e).__name__}: {e}); lesson 09 needs it: run `make install`"
+    return "ok", f"Triton {triton.__version__} for lesson 09's kernels"
+
+
 def check_chromium(which=shutil.which):
     found = which("chromium")
     if not found:
@@ -99,7 +113,7 @@ def check_disk(folder=ROOT, need_gib=3.0):
 
 
 CHECKS = [check_python, check_environment, check_torch, check_device, check_jupyter, check_model]
-CHECKS += [check_chromium, check_disk]
+CHECKS += [check_triton, check_chromium, check_disk]
 
 
 def report(checks=CHECKS):

