@@ -1,0 +1,132 @@
+"""Lesson 05b's checker: the solution passes, and each planted mistake gets its own message.
+
+The mistaken candidates are written the way a learner might write them, independently
+of the checker's own mistake generator.
+"""
+
+import pytest
+import torch
+
+from course_utils.exercises import check, solution
+from course_utils.exercises import long_range as ex
+from tests.exercise_asserts import assert_caught, assert_passes
+
+
+def learner_rnn(
+    x,
+    W_xh,
+    W_hh,
+    b,
+    h0,
+    carry=True,
+    activation=torch.tanh,
+    zeros=False,
+    swap=False,
+    transpose=False,
+    batch_loop=False,
+    stack_dim=1,
+    with_h0=False,
+    last_only=False,
+    order="outputs first",
+    last="h",
+):
+    if swap:
+        W_xh, W_hh = W_hh, W_xh
+    if transpose:
+        W_xh, W_hh = W_xh.t(), W_hh.t()
+    h = torch.zeros_like(h0) if zeros else h0
+    start = h
+    states = [h0] if with_h0 else []
+    steps = x.shape[0] if batch_loop else x.shape[1]
+    for t in range(steps):
+        x_t = x[t] if batch_loop else x[:, t, :]
+        new_h = activation(x_t @ W_xh + h @ W_hh + b)
+        h = new_h if carry else start
+        states.append(new_h)
+    outputs = torch.stack(states, dim=stack_dim)
+    if last_only:
+        return new_h
+    h_last = {"h": new_h, "h0": h0, "first": states[0]}[last]
+    return (outputs, h_last) if order == "outputs first" else (h_last, outputs)
+
+
+def with_nn_rnn(x, W_xh, W_hh, b, h0):
+    """A correct answer written another way: PyTorch's RNN with the weights copied in."""
+    rnn = torch.nn.RNN(W_xh.shape[0], W_xh.shape[1], batch_first=True)
+    with torch.no_grad():
+        rnn.weight_ih_l0.copy_(W_xh.T)
+        rnn.weight_hh_l0.copy_(W_hh.T)
+        rnn.bias_ih_l0.copy_(b)
+        rnn.bias_hh_l0.zero_()
+        outputs, h_last = rnn(x, h0[None])
+    return outputs, h_last[0]
+
+
+def test_solution_and_other_correct_versions_pass():
+    assert_passes("recurrent_forward", solution("recurrent_forward"))
+    assert_passes("recurrent_forward", learner_rnn)
+    assert_passes("recurrent_forward", with_nn_rnn)
+
+
+def test_stub_is_not_attempted():
+    def recurrent_forward(x, W_xh, W_hh, b, h0):
+        raise NotImplementedError
+
+    assert check("recurrent_forward", recurrent_forward, quiet=True).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "kwargs, phrase",
+    [
+        (dict(carry=False), ex.NOT_CARRIED),
+        (dict(carry=False, zeros=True), ex.NOT_CARRIED),
+        (dict(activation=lambda z: z), ex.NO_TANH),
+        (dict(activation=torch.sigmoid), ex.OTHER_ACTIVATION),
+        (dict(activation=torch.relu), ex.OTHER_ACTIVATION),
+        (dict(zeros=True), ex.H0_IGNORED),
+        (dict(swap=True), ex.WEIGHTS_SWAPPED),
+        (dict(transpose=True), ex.WEIGHTS_TRANSPOSED),
+        (dict(batch_loop=True), ex.LOOP_OVER_BATCH),
+        (dict(stack_dim=0), ex.STACKED_DIM0),
+        (dict(with_h0=True), ex.H0_IN_OUTPUTS),
+        (dict(last_only=True), ex.ONLY_LAST),
+        (dict(order="h_T first"), ex.PAIR_ORDER),
+        (dict(last="h0"), ex.LAST_STATE_WRONG),
+        (dict(last="first"), ex.LAST_STATE_WRONG),
+    ],
+    ids=lambda p: str(p)[:40],
+)
+def test_each_mistake_is_named(kwargs, phrase):
+    def candidate(x, W_xh, W_hh, b, h0):
+        return learner_rnn(x, W_xh, W_hh, b, h0, **kwargs)
+
+    assert_caught("recurrent_forward", candidate, phrase)
+
+
+def test_other_wrong_results_and_types_are_reported():
+    def returns_a_list(x, W_xh, W_hh, b, h0):
+        return [1, 2, 3]
+
+    def off_by_a_bit(x, W_xh, W_hh, b, h0):
+        outputs, h = learner_rnn(x, W_xh, W_hh, b, h0)
+        return outputs + 0.01, h
+
+    assert_caught("recurrent_forward", returns_a_list, ex.NOT_A_PAIR)
+    assert_caught("recurrent_forward", off_by_a_bit, "the outputs is not right")
+
+
+def test_inputs_are_not_changed_in_place():
+    def in_place(x, W_xh, W_hh, b, h0):
+        h0 *= 1.0
+        x.mul_(1.0)
+        return learner_rnn(x, W_xh, W_hh, b, h0)
+
+    # multiplying by 1 changes nothing: such a candidate must pass, so values, not the act, are compared
+    assert_passes("recurrent_forward", in_place)
+
+    def zero_x(x, W_xh, W_hh, b, h0):
+        result = learner_rnn(x, W_xh, W_hh, b, h0)
+        x.zero_()
+        return result
+
+    assert_caught("recurrent_forward", zero_x, "changed `x` in place")
