@@ -47,7 +47,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # ---------------------------------------------------------------- input checks
 
 
-def _check_inputs(q, k, v, causal, block_size):
+def _check_inputs(q, k, v, causal, block_size, skip_masked_blocks=True):
     """The common checks of all three entry points; returns block_size as an int."""
     _check_qkv(q, k, v)  # tensors of one dtype and device, matching d and L_k, batch dims that broadcast
     if q.dtype not in DTYPES:
@@ -56,6 +56,8 @@ def _check_inputs(q, k, v, causal, block_size):
         raise ValueError(f"q and k need at least one position, got q {tuple(q.shape)}, k {tuple(k.shape)}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {type(causal).__name__} (it is not a mask)")
+    if not isinstance(skip_masked_blocks, bool):
+        raise TypeError(f"skip_masked_blocks must be True or False, got {type(skip_masked_blocks).__name__}")
     return _positive_int(block_size, "block_size")
 
 
@@ -135,7 +137,7 @@ def flash_attention_forward(q, k, v, causal=False, block_size=64, skip_masked_bl
     causal=True skips key blocks entirely after a query block, unless skip_masked_blocks=False
     (then they are computed and fully masked: same result, for timing the saving).
     """
-    block_size = _check_inputs(q, k, v, causal, block_size)
+    block_size = _check_inputs(q, k, v, causal, block_size, skip_masked_blocks)
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1])
     stats_dtype = torch.promote_types(q.dtype, torch.float32)  # m, l, o in float32 for half inputs
@@ -182,7 +184,7 @@ def flash_attention_backward(
     FlashAttention-2 order: key blocks outer, so dK_j and dV_j are finished in one go;
     dQ_i collects a contribution from every key block.
     """
-    block_size = _check_inputs(q, k, v, causal, block_size)
+    block_size = _check_inputs(q, k, v, causal, block_size, skip_masked_blocks)
     n_q, n_k = q.shape[-2], k.shape[-2]
     batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     _expect("output", output, (*batch_shape, n_q, v.shape[-1]), q.device)
@@ -246,7 +248,8 @@ class FlashAttention(torch.autograd.Function):
 
 def flash_attention(q, k, v, causal=False, block_size=64, skip_masked_blocks=True):
     """Differentiable FlashAttention: q [..., L_q, d], k [..., L_k, d], v [..., L_k, d_v] -> [..., L_q, d_v]."""
-    block_size = _check_inputs(q, k, v, causal, block_size)  # clear errors before autograd sees them
+    # clear errors before autograd sees the inputs
+    block_size = _check_inputs(q, k, v, causal, block_size, skip_masked_blocks)
     return FlashAttention.apply(q, k, v, causal, block_size, skip_masked_blocks)
 
 

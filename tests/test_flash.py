@@ -380,6 +380,7 @@ _q, _k, _v = _qkv((2,), 8, 8, 4, 4, dtype=torch.float32)
         ((_q, _k, _v), {"block_size": 0}, ValueError, "block_size must be a positive int"),
         ((_q, _k, _v), {"block_size": 2.5}, ValueError, "block_size must be a positive int"),
         ((_q, _k, _v), {"causal": torch.ones(8, 8)}, TypeError, "causal must be True or False"),
+        ((_q, _k, _v), {"skip_masked_blocks": None}, TypeError, "skip_masked_blocks must be True or False"),
     ],
 )
 @pytest.mark.parametrize("fn", [flash_attention, flash_attention_forward])
