@@ -240,8 +240,9 @@ def learner_block(
         "none": lambda: 0,
         "flat": lambda: d_i,
         "block": lambda: (p * dp).sum(-1, keepdim=True),
+        "outside": lambda: d_i.unsqueeze(-1),
     }[subtract_d]()
-    ds = p * (dp - d)
+    ds = p * dp - d if subtract_d == "outside" else p * (dp - d)
     dv = (t(p) if dv_t else p) @ do_i
     dq = (t(ds) if dq_t else ds) @ k_j
     dk = (t(ds) if dk_t else ds) @ q_i
@@ -269,6 +270,7 @@ def test_learner_written_block_backward_passes():
         (dict(subtract_d="none"), ex.BB_NO_D),
         (dict(subtract_d="block"), ex.BB_BLOCK_D),
         (dict(subtract_d="flat"), ex.BB_D_UNSQUEEZED),
+        (dict(subtract_d="outside"), ex.BB_D_OUTSIDE),
         (dict(probs="flat"), ex.BB_LSE_UNSQUEEZED),
         (dict(probs="softmax"), ex.BB_BLOCK_SOFTMAX),
         (dict(probs="exp2"), ex.BB_BASE2),
@@ -342,3 +344,16 @@ def test_blocks_changed_in_place_are_caught():
         return learner_lse(score_blocks) + 1.0
 
     assert_caught("running_logsumexp", in_place, "in place")
+
+
+def test_max_with_dim_used_as_a_tensor_is_explained():
+    def max_pair(score_blocks):
+        m = torch.full(score_blocks[0].shape[:-1], -INF)
+        l = torch.zeros_like(m)  # noqa: E741
+        for block in score_blocks:
+            m_new = torch.maximum(m, block.max(dim=-1))  # a (values, indices) pair
+            l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(-1)  # noqa: E741
+            m = m_new
+        return m + torch.log(l)
+
+    assert_caught("running_logsumexp", max_pair, "gives values and indices")

@@ -22,6 +22,7 @@ import math
 import torch
 
 from course_utils.exercises import exercise
+from course_utils.exercises.attention_basics import MAX_IS_A_PAIR
 from course_utils.exercises.checking import (
     Mistake,
     call,
@@ -58,6 +59,7 @@ BB_DIVIDED_BY_SCALE = "you divided the scores by scale"
 BB_OWN_SCALE = "you used 1/sqrt(d) instead of the scale argument"
 BB_NO_D = "you did not subtract D"
 BB_BLOCK_D = "you computed D from this block only"
+BB_D_OUTSIDE = "the brackets are missing"
 BB_BLOCK_SOFTMAX = "you recomputed P with a softmax over this block"
 BB_BASE2 = "lse_i is a natural-log logsumexp"
 BB_OVERFLOW = "exp() overflowed"
@@ -277,6 +279,18 @@ def _lse_shape_mistake(got, expected, blocks):
         )
 
 
+def _call_lse(candidate, blocks):
+    try:
+        return call(candidate, blocks)
+    except Mistake as m:
+        if "return_types" in str(m):  # s.max(dim=-1) is a (values, indices) pair, not a tensor
+            raise Mistake(
+                f"{MAX_IS_A_PAIR}: `s.max(dim=-1)` returns (values, indices). Take `.values`, or use "
+                f"`s.amax(dim=-1)`, which returns the values only.\n{m}"
+            ) from None
+        raise
+
+
 def _check_lse_blocks(candidate):
     """The candidate must not gather the blocks into whole rows (torch.cat, then one logsumexp)."""
     widths = (6, 6, 6, 6, 3)
@@ -310,7 +324,7 @@ def check_running_logsumexp(candidate):
         blocks = list(scores.split(width, dim=-1))
         expected = torch.logsumexp(scores.double(), dim=-1).to(scores.dtype)  # the oracle: the whole row at once
         originals = [b.clone() for b in blocks]  # `call` watches tensor arguments, not tensors inside a list
-        got = call(candidate, blocks)
+        got = _call_lse(candidate, blocks)
         if any(not torch.equal(b, o) for b, o in zip(blocks, originals, strict=True)):
             raise Mistake(
                 "your function changed a block of score_blocks in place. Use out-of-place operations "
@@ -376,8 +390,9 @@ def _block_variant(
             "none": lambda: 0.0,
             "flat": lambda: d_i,
             "block": lambda: (p * dp).sum(dim=-1, keepdim=True),
+            "outside": lambda: d_i[..., None],
         }[minus_d]()
-        ds = p * (dp - d)
+        ds = p * dp - d if minus_d == "outside" else p * (dp - d)
         dv = t(p) @ do_i if dv_t else p @ do_i
         dq = (t(ds) if dq_t else ds) @ k_j * (scale if scale_dq else 1.0)
         dk = (t(ds) if dk_t else ds) @ q_i * (scale if scale_dk else 1.0)
@@ -405,6 +420,10 @@ def _block_mistakes(args):
             f"{BB_NO_D}: dS_ij = P_ij * (dP_ij - D_i). The - D_i comes from the softmax's Jacobian: each weight "
             f"depends on all the scores of its row.",
             dict(minus_d="none"),
+        ),
+        (
+            f"{BB_D_OUTSIDE}: dS_ij = P_ij * (dP_ij - D_i), so D_i is multiplied by P_ij too (you wrote P * dP - D).",
+            dict(minus_d="outside"),
         ),
         (
             f"{BB_D_UNSQUEEZED}: d_i [..., B_q] against dP_ij [..., B_q, B_k] lines up with the keys' axis. "
