@@ -63,6 +63,17 @@ def test_block_backward_solution_summed_over_blocks_equals_autograd(block_q, blo
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
 
 
+def test_the_solutions_reject_bad_input_clearly():
+    with pytest.raises(ValueError, match="at least one block"):
+        ex.running_logsumexp([])
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    do, lse = torch.randn(2, 3, 6), torch.randn(2, 3)
+    with pytest.raises(ValueError, match=r"must have shape \(2, 3\)"):
+        ex.block_backward(q, k, v, do, lse[..., None], lse, 0.5)  # lse kept as [..., B_q, 1]
+    with pytest.raises(ValueError, match=r"got \(2, 3\) and \(3,\)"):
+        ex.block_backward(q, k, v, do, lse, lse[0], 0.5)
+
+
 @pytest.mark.parametrize("exercise_id", ["running_logsumexp", "block_backward"])
 def test_solutions_pass_and_stubs_are_not_attempted(exercise_id):
     assert_passes(exercise_id, solution(exercise_id))

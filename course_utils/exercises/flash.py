@@ -87,6 +87,8 @@ def running_logsumexp(score_blocks):
     of keys each, left to right (the last block may be narrower). Returns lse [..., L_q].
     Each row's first block must hold a finite score (with a causal mask key 0 always does).
     """
+    if len(score_blocks) == 0:
+        raise ValueError("score_blocks must hold at least one block of scores [..., L_q, B_k]")
     first = score_blocks[0]
     running_max = first.new_full(first.shape[:-1], float("-inf"))  # m, per query: nothing seen yet
     running_sum = first.new_zeros(first.shape[:-1])  # l = sum of exp(s - m), per query
@@ -105,6 +107,11 @@ def block_backward(q_i, k_j, v_j, do_i, lse_i, d_i, scale):
     lse_i [..., B_q]: each query's natural-log logsumexp over ALL keys (saved by the forward);
     d_i [..., B_q]: D = rowsum(dO * O); scale: the factor of the scores, 1/sqrt(d).
     """
+    if lse_i.shape != q_i.shape[:-1] or d_i.shape != q_i.shape[:-1]:  # else they would broadcast silently
+        raise ValueError(
+            f"lse_i and d_i must have shape {tuple(q_i.shape[:-1])}, one number per query of q_i, "
+            f"got {tuple(lse_i.shape)} and {tuple(d_i.shape)}"
+        )
     s = q_i @ k_j.transpose(-2, -1) * scale  # S_ij [..., B_q, B_k]
     p = torch.exp(s - lse_i[..., None])  # P_ij: the true softmax weights, since lse covers all keys
     dv_j = p.transpose(-2, -1) @ do_i  # dV_j = P_ij^T dO_i
