@@ -50,6 +50,7 @@ __all__ = [
     "exact_match",
     "word_alignment",
     "alignment_accuracy",
+    "attention_to_noun",
 ]
 
 # ---------------------------------------------------------------- the two languages
@@ -475,3 +476,24 @@ def alignment_accuracy(model, sentences, layer=-1):
         right += sum(a == b for a, b in zip(row, expected, strict=False))
         total += len(expected)
     return right / total
+
+
+@torch.no_grad()
+def attention_to_noun(model, sentences):
+    """[encoder layers, heads]: the average weight that an article or an adjective puts on its own noun
+    in the encoder's self-attention ("the" and "blue" -> "car" in "the blue car")."""
+    sentences = list(sentences)
+    was_training = model.training
+    model.eval()
+    (source, _), _ = encode_batch(sentences)
+    model.encode(source.to(next(model.parameters()).device))
+    weights = model.encoder.attentions().cpu()  # [layers, B, heads, L_src, L_src]
+    model.train(was_training)
+    picked = []
+    for b, sentence in enumerate(sentences):
+        start = 0
+        for phrase in _split_phrases(sentence.split()):
+            noun = start + len(phrase) - 1
+            picked += [weights[:, b, :, query, noun] for query in range(start, noun)]  # article, adjective
+            start += len(phrase) + 1
+    return torch.stack(picked).mean(dim=0)

@@ -18,6 +18,7 @@ from course_utils.translation import (
     Translator,
     Vocabulary,
     alignment_accuracy,
+    attention_to_noun,
     cross_attention,
     encode_batch,
     exact_match,
@@ -234,6 +235,22 @@ def test_greedy_decoding_feeds_back_its_own_most_likely_word():
             so_far.append(word)
 
 
+def test_attention_to_noun_averages_article_and_adjective_rows():
+    torch.manual_seed(0)
+    model = Translator(num_encoder_layers=2).eval()
+    sentences = ["the blue car", "a dog and the red house"]
+    shares = attention_to_noun(model, sentences)
+    assert shares.shape == (2, 2)  # [encoder layers, heads]
+    by_hand = []
+    for sentence, pairs in zip(sentences, [[(0, 2), (1, 2)], [(0, 1), (3, 5), (4, 5)]], strict=True):
+        (source, _), _ = encode_batch([sentence])
+        with torch.no_grad():
+            model.encode(source)
+        weights = model.encoder.attentions()[:, 0]  # [layers, heads, L, L]
+        by_hand += [weights[:, :, q, k] for q, k in pairs]
+    assert torch.allclose(shares, torch.stack(by_hand).mean(0), atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def trained():
     torch.manual_seed(0)
@@ -258,3 +275,5 @@ def test_the_lessons_translator_aligns_crossing_words(trained):
     # an untrained model does not line up the words
     torch.manual_seed(0)
     assert alignment_accuracy(Translator(), TranslationTask().held_out(300, seed=1)) < 0.5
+    # the article and the adjective read their noun in the encoder (where "la" and "bleue" get the gender)
+    assert attention_to_noun(model, TranslationTask().held_out(300, seed=1)).max() > 0.4
