@@ -46,11 +46,13 @@ __all__ = [
     "Translator",
     "train",
     "greedy_decode",
+    "decode_greedily",
     "translate",
     "exact_match",
     "word_alignment",
     "alignment_accuracy",
     "attention_to_noun",
+    "swap_experiment",
 ]
 
 # ---------------------------------------------------------------- the two languages
@@ -424,21 +426,26 @@ def greedy_decode(model, source, max_len=None):
     """
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
-    source = source.to(device)
-    encoder_output, source_padding_mask = model.encode(source)
-    max_len = max_len or 2 * source.shape[1] + 2
+    encoder_output, source_padding_mask = model.encode(source.to(next(model.parameters()).device))
+    written = decode_greedily(model, encoder_output, source_padding_mask, max_len or 2 * source.shape[1] + 2)
+    model.train(was_training)
+    return written
+
+
+@torch.no_grad()
+def decode_greedily(model, encoder_output, source_padding_mask, max_len):
+    """The decoding loop of ``greedy_decode``, from a given encoder output (which may be edited first)."""
+    batch, device = encoder_output.shape[0], encoder_output.device
     bos, eos = TARGET_VOCAB.index[Vocabulary.BOS], TARGET_VOCAB.index[Vocabulary.EOS]
-    written = torch.full((source.shape[0], 1), bos, device=device)
-    done = torch.zeros(source.shape[0], dtype=torch.bool, device=device)
-    for _ in range(max_len):
+    written = torch.full((batch, 1), bos, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    for _ in range(_positive_int(max_len, "max_len")):
         next_word = model.decode(written, encoder_output, source_padding_mask)[:, -1].argmax(-1)
         next_word = next_word.masked_fill(done, TARGET_VOCAB.pad_id)  # a finished row only pads
         written = torch.cat([written, next_word[:, None]], dim=1)
         done |= next_word == eos
         if done.all():
             break
-    model.train(was_training)
     return written[:, 1:].cpu()
 
 
@@ -497,3 +504,49 @@ def attention_to_noun(model, sentences):
             picked += [weights[:, b, :, query, noun] for query in range(start, noun)]  # article, adjective
             start += len(phrase) + 1
     return torch.stack(picked).mean(dim=0)
+
+
+def _other_gender(noun):
+    """The noun of the other gender at the same place in NOUNS' list of that gender (car <-> dog)."""
+    gender = NOUNS[noun][1]
+    same = [n for n, (_, g) in NOUNS.items() if g == gender]
+    other = [n for n, (_, g) in NOUNS.items() if g != gender]
+    return other[same.index(noun)]
+
+
+@torch.no_grad()
+def swap_experiment(model, position):
+    """An intervention: does the gender of the output come from the encoder's vector at ``position``?
+
+    For every phrase "determiner adjective noun" (all 168), the encoder's output vector at ``position``
+    (0 = article, 1 = adjective, 2 = noun) is replaced by the vector at the same position of the same
+    phrase with a noun of the other gender ("the blue car" gets it from "the blue dog"); then the model
+    translates greedily. Returns the counts of what followed the donor phrase, and every translation.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    sentences = [f"{d} {a} {n}" for d in DETERMINERS for a in ADJECTIVES for n in NOUNS]
+    donors = [f"{d} {a} {_other_gender(n)}" for d in DETERMINERS for a in ADJECTIVES for n in NOUNS]
+    (source, _), _ = encode_batch(sentences)
+    (donor_source, _), _ = encode_batch(donors)
+    encoder_output, source_padding_mask = model.encode(source.to(device))
+    patched = encoder_output.clone()
+    patched[:, position] = model.encode(donor_source.to(device))[0][:, position]
+    written = decode_greedily(model, patched, source_padding_mask, max_len=8)
+    model.train(was_training)
+    counts = dict.fromkeys(["phrases", "unchanged", "article follows donor", "noun kept", "adjective follows donor"], 0)
+    counts["adjectives with two forms"] = 0
+    translations = {}
+    for sentence, donor, row in zip(sentences, donors, written.tolist(), strict=True):
+        out, own, theirs = TARGET_VOCAB.decode(row), to_french(sentence).split(), to_french(donor).split()
+        out += [""] * (3 - len(out))  # a translation that stopped early counts as wrong in every slot
+        translations[sentence] = " ".join(w for w in out if w)
+        two_forms = own[2] != theirs[2]
+        counts["phrases"] += 1
+        counts["unchanged"] += out == own
+        counts["article follows donor"] += out[0] == theirs[0]
+        counts["noun kept"] += out[1] == own[1]
+        counts["adjectives with two forms"] += two_forms
+        counts["adjective follows donor"] += two_forms and out[2] == theirs[2]
+    return counts, translations

@@ -19,6 +19,7 @@ from course_utils.translation import (
     Vocabulary,
     alignment_accuracy,
     attention_to_noun,
+    swap_experiment,
     cross_attention,
     encode_batch,
     exact_match,
@@ -277,3 +278,20 @@ def test_the_lessons_translator_aligns_crossing_words(trained):
     assert alignment_accuracy(Translator(), TranslationTask().held_out(300, seed=1)) < 0.5
     # the article and the adjective read their noun in the encoder (where "la" and "bleue" get the gender)
     assert attention_to_noun(model, TranslationTask().held_out(300, seed=1)).max() > 0.4
+
+
+def test_swap_experiment_counts_every_phrase(trained):
+    model, _ = trained
+    counts, translations = swap_experiment(model, position=1)
+    assert counts["phrases"] == len(translations) == 2 * 7 * 12
+    assert counts["adjectives with two forms"] == 2 * 5 * 12  # rouge and jaune have one form
+    assert translations["the blue car"] == "la voiture bleue"  # the adjective's own vector does not carry the gender
+    assert counts["unchanged"] >= 160
+
+
+def test_the_article_vector_carries_the_gender(trained):
+    model, _ = trained
+    counts, translations = swap_experiment(model, position=0)  # "the" of "the blue car" taken from "the blue dog"
+    assert counts["article follows donor"] >= 160
+    assert counts["adjective follows donor"] >= 0.8 * counts["adjectives with two forms"]
+    assert translations["the blue car"].startswith("le ")
