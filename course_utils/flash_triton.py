@@ -1,0 +1,332 @@
+"""FlashAttention's forward pass as a Triton kernel (lesson 09).
+
+- ``flash_forward_kernel``: the kernel. One program computes one block of BLOCK_M
+  query rows of one (batch, head): it walks over the key blocks with an online
+  softmax and writes the output rows and their natural-log logsumexp.
+- ``run_forward_kernel``: launches any kernel with that signature (the exercise's
+  kernel too) on q, k, v of shape [..., L, d].
+- ``flash_attention_triton_forward``, ``flash_attention_triton``: the course kernel
+  as a function, and as an autograd.Function whose backward is the PyTorch
+  ``flash_attention_backward`` of ``course_utils.flash`` (it needs only the logsumexp).
+
+Where it runs. With a CUDA GPU the kernel is compiled. Without one, this module sets
+TRITON_INTERPRET=1 on import, before any kernel is defined: ``triton.jit`` reads it when
+it decorates a function, so the kernels here, and any defined later (in a notebook cell),
+run under Triton's interpreter. The interpreter executes the kernel's Python code once per
+program, each tl operation as a numpy operation on the CPU. It gives the same numbers as
+the GPU up to rounding, but:
+- speed: each (query block, key block) step costs milliseconds of Python and numpy
+  overhead, whatever the block size (about 5 ms on a 2-core CPU: n=1024, d=64 takes
+  1.4 s with 64 x 64 blocks, 22 s with 16 x 16, where PyTorch's CPU attention takes
+  6 ms); its timings say nothing about GPU speed;
+- tl.dot is an exact float32 numpy matmul; on a GPU, tl.dot of float32 inputs uses
+  TF32 tensor cores by default (a 10-bit mantissa, errors near 1e-3), of bfloat16 inputs
+  bfloat16 products with float32 sums;
+- numpy has no bfloat16: the interpreter stores it as 16-bit integers and its tl.dot
+  multiplies those integers (wrong by orders of magnitude), so bfloat16 is refused there;
+- it cannot show what makes a kernel fast or slow: memory coalescing, shared memory,
+  register pressure, warps, pipelining; nor out-of-bounds reads the GPU would make
+  silently (numpy raises or reads other data).
+
+Triton has no wheel for macOS or Windows: then ``TRITON_AVAILABLE`` is False, the
+kernels are still defined (as plain functions, never run), and running one raises
+an error that says so.
+"""
+
+import math
+import os
+import sys
+
+import torch
+
+__all__ = [
+    "TRITON_AVAILABLE",
+    "INTERPRETED",
+    "TRITON_MISSING",
+    "flash_forward_kernel",
+    "run_forward_kernel",
+    "flash_attention_triton_forward",
+    "flash_attention_triton",
+    "interpreted",
+    "default_block_sizes",
+    "triton",
+    "tl",
+]
+
+
+def _forget_triton_made_for_compiling():
+    """triton.language's own helpers (tl.max, tl.sum, ...) are @triton.jit functions made when triton is
+    first imported. If something imported triton before TRITON_INTERPRET was set, they were made for the
+    compiler and the interpreter cannot call them: import triton afresh (its C++ core, triton._C, stays)."""
+    standard = sys.modules.get("triton.language.standard")
+    if standard is not None and type(standard.max).__name__ == "JITFunction":
+        for name in [n for n in sys.modules if n.partition(".")[0] == "triton" and not n.startswith("triton._C")]:
+            del sys.modules[name]
+
+
+if not torch.cuda.is_available():
+    # Must happen before the first @triton.jit below (and before any in a notebook).
+    os.environ["TRITON_INTERPRET"] = "1"
+    _forget_triton_made_for_compiling()
+
+try:
+    import triton
+    import triton.language as tl
+
+    TRITON_AVAILABLE = True
+except ImportError:  # no Triton wheel for this platform (macOS, Windows)
+    TRITON_AVAILABLE = False
+
+    class _Unavailable:
+        """Stands in for triton and triton.language: kernels can be defined, never run."""
+
+        constexpr = "constexpr"  # used only as an annotation
+
+        @staticmethod
+        def jit(fn):
+            return fn
+
+    triton = tl = _Unavailable()
+
+INTERPRETED = TRITON_AVAILABLE and os.environ.get("TRITON_INTERPRET") == "1"
+TRITON_MISSING = (
+    "Triton is not installed (it has wheels for Linux only): the Triton kernels of lesson 09 cannot run "
+    "here. Everything else in the lesson works; on Linux, `pip install triton` (make install does it)."
+)
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+LN2 = 0.6931471805599453  # ln(2): converts a log2 back to a natural log
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@triton.jit
+def flash_forward_kernel(
+    Q,  # [BH, L_q, D] queries, contiguous (D: the head dimension padded to a power of two)
+    K,  # [BH, L_k, D] keys
+    V,  # [BH, L_k, D_V] values
+    Out,  # [BH, L_q, D_V] output (written here)
+    LSE,  # [BH, L_q] float32 natural-log logsumexp of each query's scores (written here)
+    L_q,
+    L_k,
+    scale,  # 1 / sqrt(d) for the real d
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    D_V: tl.constexpr,
+):
+    # Which block of query rows, of which (batch, head), this program computes.
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    rows = start_m + tl.arange(0, BLOCK_M)  # query positions of this block
+    dims = tl.arange(0, D)
+    dims_v = tl.arange(0, D_V)
+
+    # Load the query block once; rows past L_q (the ragged last block) read as 0.
+    q = tl.load(Q + bh * L_q * D + rows[:, None] * D + dims[None, :], mask=rows[:, None] < L_q, other=0.0)
+
+    # Online softmax state of each row, in log2 units (exp2 is the GPU's fast exponential).
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")  # running max of the scores
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(score - m_i)
+    acc = tl.zeros([BLOCK_M, D_V], dtype=tl.float32)  # running sum of exp2(score - m_i) * v
+    qk_scale = scale * 1.4426950408889634  # scores in log2 units: exp(x) = exp2(x * log2(e))
+
+    # Causal: query i sees keys 0..i, so key blocks after this block's last row are all
+    # masked: stop before them (block skipping).
+    end_n = L_k
+    if CAUSAL:
+        end_n = tl.minimum(L_k, start_m + BLOCK_M)
+
+    for start_n in range(0, end_n, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        # 1. The key block, loaded transposed [D, BLOCK_N], and the value block [BLOCK_N, D_V];
+        #    keys past L_k (the ragged last block) read as 0.
+        k_t = tl.load(K + bh * L_k * D + keys[None, :] * D + dims[:, None], mask=keys[None, :] < L_k, other=0.0)
+        v = tl.load(V + bh * L_k * D_V + keys[:, None] * D_V + dims_v[None, :], mask=keys[:, None] < L_k, other=0.0)
+        # 2. Scores of this block; padding keys (and, if causal, future keys) get -inf.
+        s = tl.dot(q, k_t) * qk_scale
+        allowed = keys[None, :] < L_k
+        if CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        s = tl.where(allowed, s, float("-inf"))
+        # 3. New running max; what was summed against the old max is rescaled by exp2(m_i - m_new).
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        # 4. Accumulate the block.
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    # 5. Normalise, and turn the log2-unit logsumexp m_i + log2(l_i) into a natural log.
+    out = acc / l_i[:, None]
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
+
+    tl.store(
+        Out + bh * L_q * D_V + rows[:, None] * D_V + dims_v[None, :],
+        out.to(Out.dtype.element_ty),
+        mask=rows[:, None] < L_q,
+    )
+    tl.store(LSE + bh * L_q + rows, lse, mask=rows < L_q)
+
+
+if TRITON_AVAILABLE:
+    # inspect (and so show_solution) looks for a function: point it at the kernel's Python code.
+    fn = flash_forward_kernel.fn
+    flash_forward_kernel.__wrapped__, flash_forward_kernel.__module__ = fn, fn.__module__
+    flash_forward_kernel.__qualname__ = fn.__qualname__
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def _require_triton():
+    if not TRITON_AVAILABLE:
+        raise RuntimeError(TRITON_MISSING)
+
+
+def interpreted(kernel):
+    """The kernel as Triton's interpreter runs it (on the CPU), whether or not it was compiled for a GPU."""
+    _require_triton()
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if isinstance(kernel, InterpretedFunction):
+        return kernel
+    return InterpretedFunction(getattr(kernel, "fn", kernel))
+
+
+def _is_interpreted(kernel):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(kernel, InterpretedFunction)
+
+
+def _power_of_two_block(value, name):
+    # tl.arange needs a power of two, and tl.dot on a GPU needs at least 16 rows and columns.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 16 or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two >= 16 (16, 32, 64, 128), got {value!r}")
+    return value
+
+
+def _padded(d):
+    """The head dimension rounded up to a power of two >= 16 (tl.arange and tl.dot need one)."""
+    return max(16, 1 << (d - 1).bit_length())
+
+
+def _check_inputs(kernel, q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [..., seq_len, d], got {type(t).__name__}")
+        if t.dim() < 2 or t.shape[-2] == 0 or t.shape[-1] == 0:
+            raise ValueError(f"{name} must have shape [..., seq_len, d] with seq_len, d >= 1, got {tuple(t.shape)}")
+    if not q.dtype == k.dtype == v.dtype or q.dtype not in DTYPES:
+        raise TypeError(
+            f"q, k and v must share one dtype, float16, bfloat16 or float32 (Triton's tl.dot has no "
+            f"float64 here), got {q.dtype}, {k.dtype} and {v.dtype}"
+        )
+    if q.dtype == torch.bfloat16 and _is_interpreted(kernel):
+        raise TypeError(
+            "bfloat16 cannot run under Triton's interpreter (numpy has no bfloat16, and the interpreter's tl.dot "
+            "multiplies its bits as integers): use float32 or float16 on the CPU, bfloat16 on a GPU"
+        )
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+        raise ValueError(
+            f"q, k and v must have the same leading (batch, head) shape, got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same d, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same L_k, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    if _is_interpreted(kernel):
+        return
+    if q.device.type != "cuda":
+        raise ValueError(
+            f"this kernel is compiled for the GPU (CUDA is available), so q, k and v must be CUDA tensors, "
+            f"got {q.device}: move them with .cuda(), or run the kernel on the CPU with interpreted(kernel)"
+        )
+
+
+def _rows(x, width):
+    """[..., L, d] -> contiguous [batch * heads, L, width], zero-padded on the right to ``width`` features.
+
+    Zero features change no dot product, so padding q and k leaves the scores as they were,
+    and padded value features come out as zero columns that are cut off again."""
+    x = x.reshape(-1, *x.shape[-2:])
+    if x.shape[-1] < width:
+        x = torch.nn.functional.pad(x, (0, width - x.shape[-1]))
+    return x.contiguous()
+
+
+def run_forward_kernel(kernel, q, k, v, causal=False, block_m=16, block_n=16, **launch_options):
+    """Run a kernel with ``flash_forward_kernel``'s signature; return (output [..., L_q, d_v], logsumexp [..., L_q]).
+
+    ``launch_options`` (e.g. num_warps, num_stages) go to the compiled launch on a GPU.
+    The logsumexp is float32 whatever the inputs' dtype."""
+    _require_triton()
+    if not callable(getattr(kernel, "__getitem__", None)):
+        raise TypeError(
+            f"kernel must be a @triton.jit function, got {type(kernel).__name__}: put @triton.jit on the line "
+            f"above its def"
+        )
+    _check_inputs(kernel, q, k, v)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    block_m = _power_of_two_block(block_m, "block_m")
+    block_n = _power_of_two_block(block_n, "block_n")
+    batch, (L_q, d), L_k, d_v = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
+    D, D_V = _padded(d), _padded(d_v)
+    q3, k3, v3 = _rows(q, D), _rows(k, D), _rows(v, D_V)
+    out = torch.empty(q3.shape[0], L_q, D_V, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q3.shape[0], L_q, dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(L_q, block_m), q3.shape[0])  # (query blocks, batch * heads)
+    options = {} if _is_interpreted(kernel) else launch_options
+    kernel[grid](
+        q3, k3, v3, out, lse, L_q, L_k, 1.0 / math.sqrt(d),
+        CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=D, D_V=D_V, **options,
+    )  # fmt: skip
+    return out[..., :d_v].reshape(*batch, L_q, d_v), lse.reshape(*batch, L_q)
+
+
+def default_block_sizes(device):
+    """(block_m, block_n): small blocks for the interpreter's small inputs, larger ones for a GPU."""
+    return (64, 64) if INTERPRETED or torch.device(device).type != "cuda" else (128, 64)
+
+
+def flash_attention_triton_forward(q, k, v, causal=False, block_m=None, block_n=None):
+    """FlashAttention's forward pass with the course kernel: (output, logsumexp), no autograd."""
+    _require_triton()
+    default_m, default_n = default_block_sizes(q.device if isinstance(q, torch.Tensor) else "cpu")
+    block_m, block_n = block_m or default_m, block_n or default_n
+    options = {} if INTERPRETED else {"num_warps": 8 if block_m >= 128 else 4, "num_stages": 2}
+    return run_forward_kernel(flash_forward_kernel, q, k, v, causal, block_m, block_n, **options)
+
+
+class _FlashAttentionTriton(torch.autograd.Function):
+    """Forward in Triton; backward recomputes the probabilities from the saved logsumexp (course_utils.flash)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, block_m, block_n):
+        with torch.no_grad():
+            out, lse = flash_attention_triton_forward(q, k, v, causal, block_m, block_n)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        from course_utils.flash import flash_attention_backward
+
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attention_backward(q, k, v, out, lse, grad_out.contiguous(), causal=ctx.causal)
+        return dq, dk, dv, None, None, None
+
+
+def flash_attention_triton(q, k, v, causal=False, block_m=None, block_n=None):
+    """Attention output of q [..., L_q, d], k [..., L_k, d], v [..., L_k, d_v], differentiable in q, k, v.
+
+    Forward: the Triton kernel; backward: ``course_utils.flash.flash_attention_backward``
+    from the saved output and logsumexp (no L_q x L_k matrix is kept)."""
+    return _FlashAttentionTriton.apply(q, k, v, causal, block_m, block_n)

@@ -1,0 +1,112 @@
+"""Lesson 09's Triton exercise: the course kernel passes, each planted mistake is named by its own message.
+
+The wrong kernels are the course kernel with one line changed, written to a file and
+imported (as a notebook cell would be, so Triton can read their source)."""
+
+import importlib.util
+import inspect
+import textwrap
+
+import pytest
+
+from course_utils import flash_triton
+from course_utils.exercises import check, show_solution, solution
+from course_utils.exercises import flash_kernel as ex
+from tests.exercise_asserts import assert_caught, assert_passes
+
+pytestmark = pytest.mark.skipif(not flash_triton.TRITON_AVAILABLE, reason="Triton is not installed")
+
+SOURCE = textwrap.dedent(inspect.getsource(flash_triton.flash_forward_kernel.fn))  # @triton.jit def ...
+HEADER = "import triton\nimport triton.language as tl\n\n\n"
+
+# name: ((line of the course kernel, its wrong version), phrase the checker must name)
+MISTAKES = {
+    "acc not rescaled": (("acc = acc * alpha[:, None] + ", "acc = acc + "), ex.NO_RESCALE_ACC),
+    "l_i not rescaled": (("l_i = l_i * alpha + ", "l_i = l_i + "), ex.NO_RESCALE_L),
+    "not divided by l_i": (("out = acc / l_i[:, None]", "out = acc"), ex.NOT_NORMALISED),
+    "m_i not updated": (("m_i = m_new\n", "pass\n"), ex.MAX_NOT_KEPT),
+    "tl.exp with log2 scores": (("tl.exp2(", "tl.exp("), ex.EXP_OF_LOG2),
+    "exp2 with natural scores": (("tl.dot(q, k_t) * qk_scale", "tl.dot(q, k_t) * scale"), ex.EXP2_OF_NATURAL),
+    "scores not scaled": (("tl.dot(q, k_t) * qk_scale", "tl.dot(q, k_t)"), ex.UNSCALED),
+    "padding keys not masked": (("allowed = keys[None, :] < L_k", "allowed = keys[None, :] >= 0"), ex.PADDING_KEYS),
+    "causal <": (("keys[None, :] <= rows[:, None]", "keys[None, :] < rows[:, None]"), ex.CAUSAL_STRICT),
+    "causal <= i + 1": (("keys[None, :] <= rows[:, None]", "keys[None, :] <= rows[:, None] + 1"), ex.CAUSAL_NEXT),
+    "no causal mask": (("allowed & (keys[None, :] <= rows[:, None])", "allowed"), ex.NOT_CAUSAL),
+    "no running max": (("m_new = tl.maximum(m_i, tl.max(s, 1))", "m_new = m_i * 0.0 + 0.0"), ex.OVERFLOW),
+    "lse = m_i * ln2": (("(m_i + tl.log2(l_i)) * 0.69", "m_i * 0.69"), ex.LSE_M_ONLY),
+    "lse = m_i": (("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i"), ex.LSE_M_ONLY),
+    "lse in log2 units": (("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)"), ex.LSE_LOG2),
+    "lse m_i + log(l_i)": (
+        ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log(l_i)"),
+        ex.LSE_MIXED,
+    ),
+    "sum over an axis p lacks": (("tl.sum(p, 1)", "tl.sum(p, 2)"), "your code raised"),
+}
+
+
+def kernel_from_source(source, tmp_path, name="learner_kernel"):
+    """Import a @triton.jit kernel from its source, written to a file (Triton reads a kernel's source)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(HEADER + source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.flash_forward_kernel
+
+
+def planted(old, new, tmp_path):
+    assert old in SOURCE, f"the course kernel no longer has the line {old!r}: update this test"
+    return kernel_from_source(SOURCE.replace(old, new), tmp_path)
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_planted_mistake_is_named(name, tmp_path):
+    (old, new), phrase = MISTAKES[name]
+    assert_caught("flash_forward_kernel", planted(old, new, tmp_path), phrase)
+
+
+def test_mistake_phrases_are_distinct():
+    phrases = [value for key, value in vars(ex).items() if key.isupper() and isinstance(value, str)]
+    phrases = [p for p in phrases if not p.replace(".", "").isdigit()]
+    for i, a in enumerate(phrases):
+        for b in phrases[i + 1 :]:
+            assert a not in b and b not in a, (a, b)
+
+
+def test_course_kernel_passes():
+    assert_passes("flash_forward_kernel", solution("flash_forward_kernel"))
+
+
+def test_kernel_from_a_file_passes(tmp_path):
+    assert_passes("flash_forward_kernel", kernel_from_source(SOURCE, tmp_path))
+
+
+def test_stub_is_not_attempted(tmp_path):
+    loop = SOURCE.index("        keys = start_n")
+    end = SOURCE.index("    # 5.")
+    stub = SOURCE[:loop] + "        raise NotImplementedError\n\n" + SOURCE[end:]
+    assert check("flash_forward_kernel", kernel_from_source(stub, tmp_path), quiet=True).status == "not attempted"
+
+
+def test_plain_function_is_named(tmp_path):
+    kernel = kernel_from_source(SOURCE, tmp_path)
+    assert_caught("flash_forward_kernel", kernel.fn, ex.NOT_A_KERNEL)
+    assert_caught("flash_forward_kernel", "flash_forward_kernel", ex.NOT_A_KERNEL)
+
+
+def test_shown_solution_runs_when_pasted(capsys):
+    show_solution("flash_forward_kernel")
+    shown = capsys.readouterr().out
+    assert "@triton.jit" in shown and "import triton.language as tl" in shown
+    namespace = {}
+    exec(shown, namespace)  # under the interpreter a kernel needs no source file
+    assert_passes("flash_forward_kernel", namespace["flash_forward_kernel"])
+
+
+def test_variant_without_mistakes_is_the_reference():
+    for case in ex._cases():
+        description, q, k, v, causal, block_m, block_n = case
+        out, lse = ex._variant(q, k, v, causal, block_m, block_n)
+        ref_out, ref_lse = ex._reference(q, k, v, causal)
+        assert (out - ref_out).abs().max() < 1e-5, description
+        assert (lse - ref_lse).abs().max() < 1e-4, description
