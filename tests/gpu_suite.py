@@ -5,7 +5,7 @@
 
 1. Every notebook under strict nbval with COURSE_DEVICE=cuda, against the committed (CPU) outputs,
    and the unit tests on the same machine (not the browser test, nor the pins of the CPU install).
-2. The GPU benchmarks: lesson 07 re-run by papermill with GPU-sized parameters.
+2. The GPU benchmarks: lessons 07 and 09 re-run by papermill with GPU-sized parameters.
 3. One summary: notebooks passed, seconds per notebook, GPU, PyTorch, CUDA and cuDNN versions.
 Everything goes to artifacts/gpu/ (ignored by git); commit the CSVs worth citing to data/.
 It stops at once, saying why, where PyTorch sees no CUDA GPU.
@@ -23,7 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "artifacts" / "gpu"
-# Lesson 07 at GPU sizes: bfloat16, batch 4, 16 heads, head_dim 64, n up to 8192.
+# Lessons 07 and 09 at GPU sizes: bfloat16, batch 4, 16 heads, head_dim 64, n up to 8192.
+# Each key must be a variable of the lesson's `parameters` cell (tests/test_gpu_suite.py checks it).
 BENCHMARKS = {
     "07_efficient_attention": {
         "DTYPE": "bfloat16",
@@ -33,6 +34,15 @@ BENCHMARKS = {
         "HEAD_DIM": 64,
         "REPEATS": 10,
         "KV_STEPS": 500,
+    },
+    # the course's Triton kernel (compiled) against SDPA flash/cuDNN and naive attention, forward and backward
+    "09_flash_attention": {
+        "DTYPE": "bfloat16",
+        "SEQ_LENS": [512, 1024, 2048, 4096, 8192],
+        "BATCH": 4,
+        "HEADS": 16,
+        "HEAD_DIM": 64,
+        "REPEATS": 10,
     },
 }
 
@@ -72,7 +82,7 @@ def run_tests(env):
 
 
 def run_benchmarks(env, peak_tflops):
-    """Lesson 07 (and later GPU lessons) at GPU sizes; returns the CSVs written."""
+    """Each lesson of BENCHMARKS (07, 09) at GPU sizes; returns the CSVs written."""
     written = []
     for name, parameters in BENCHMARKS.items():
         csv_path = OUT / f"{name}_benchmark.csv"

@@ -1,16 +1,19 @@
 """The GPU suite's parts that can be checked without a GPU: it refuses clearly, reads pytest's
-report per notebook, and stamps benchmark tables with the machine and settings."""
+report per notebook, stamps benchmark tables with the machine and settings, and passes each
+benchmarked lesson only parameters its `parameters` cell defines."""
 
+import ast
 import csv
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
-from tests.gpu_suite import notebook_results, stamp, summary
+from tests.gpu_suite import BENCHMARKS, notebook_results, stamp, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,3 +68,28 @@ def test_benchmark_table_is_stamped_with_machine_and_settings(tmp_path):
     rows = list(csv.DictReader(table.open()))
     assert [r["method"] for r in rows] == ["course (naive)", "SDPA flash"]
     assert all(r["gpu"] == "NVIDIA H200" and r["dtype"] == "bfloat16" and r["batch"] == "4" for r in rows)
+
+
+def _parameters_cell_names(notebook):
+    """The names the notebook's `parameters` cell assigns (what papermill can change)."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{notebook}.ipynb", as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1, f"{notebook}: expected one cell tagged `parameters`, found {len(cells)}"
+    tree = ast.parse(cells[0].source)
+    return {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets}
+
+
+@pytest.mark.parametrize("notebook", sorted(BENCHMARKS))
+def test_benchmark_parameters_exist_in_the_lessons_parameters_cell(notebook):
+    # papermill silently injects a name the notebook never reads: a misspelt or removed
+    # parameter would leave the GPU run at the CPU's committed sizes
+    names = _parameters_cell_names(notebook)
+    passed = set(BENCHMARKS[notebook]) | {"GPU_PEAK_TFLOPS", "RESULTS_CSV"}  # the last two from run_benchmarks
+    assert passed <= names, f"{notebook}: parameters cell lacks {sorted(passed - names)}"
+
+
+def test_lesson_09_benchmark_is_the_issues_setting():
+    # issue 12: bfloat16, batch 4, 16 heads, head_dim 64, sequences up to at least 8192
+    entry = BENCHMARKS["09_flash_attention"]
+    assert (entry["DTYPE"], entry["BATCH"], entry["HEADS"], entry["HEAD_DIM"]) == ("bfloat16", 4, 16, 64)
+    assert max(entry["SEQ_LENS"]) >= 8192 and entry["SEQ_LENS"] == sorted(entry["SEQ_LENS"])
