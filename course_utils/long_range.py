@@ -124,11 +124,14 @@ def _check_pair(inputs, targets):
         raise ValueError(f"targets must have the inputs' shape {tuple(inputs.shape)}")
 
 
-def train_on_hairpins(model, stem_length, held_out, steps=200, batch_size=64, lr=1e-2, seed=0, progress=True):
+def train_on_hairpins(
+    model, stem_length, held_out, steps=200, batch_size=64, lr=1e-2, seed=0, eval_every=50, progress=True
+):
     """Train on fresh random hairpins with the course's loop (``training.fit``); return its history.
 
     Hairpins that are in ``held_out`` (inputs, targets) are dropped from every batch, so the
-    accuracy measured on them is on strands the model never saw.
+    accuracy measured on them is on strands the model never saw. Every ``eval_every`` steps the
+    history records ``accuracy``, the held-out accuracy averaged over all distances.
     """
     _check_pair(*held_out)
     if held_out[0].shape[1] != 2 * stem_length:
@@ -145,9 +148,13 @@ def train_on_hairpins(model, stem_length, held_out, steps=200, batch_size=64, lr
             )
         return inputs[keep], targets[keep]
 
+    def evaluate():
+        return {"accuracy": accuracy_by_distance(model, *held_out)[1].mean().item()}
+
     return fit(
-        model, sample_batch, steps=steps, lr=lr, seed=seed, progress=progress, desc=f"training {type(model).__name__}"
-    )
+        model, sample_batch, steps=steps, lr=lr, seed=seed, evaluate=evaluate, eval_every=eval_every,
+        progress=progress, desc=f"training {type(model).__name__}",
+    )  # fmt: skip
 
 
 @torch.no_grad()

@@ -151,9 +151,11 @@ def test_training_teaches_the_attention_model_every_distance():
     held_out = lr.hairpins(50, 4, torch.Generator().manual_seed(1))
     history = lr.train_on_hairpins(model, 4, held_out, steps=120, progress=False)
     assert len(history["loss"]) == 120
+    assert history["eval_steps"] == [50, 100, 120] and len(history["accuracy"]) == 3
     assert sum(history["loss"][-10:]) / 10 < 0.1 * history["loss"][0]
     _, accuracy = lr.accuracy_by_distance(model, *held_out)
     assert (accuracy > 0.9).all(), accuracy
+    assert history["accuracy"][-1] == pytest.approx(accuracy.mean().item())
 
 
 def test_plot_has_one_labelled_line_per_model_and_chance():
