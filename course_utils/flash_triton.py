@@ -1,13 +1,14 @@
-"""FlashAttention's forward pass as a Triton kernel (lesson 09).
+"""FlashAttention as Triton kernels (lesson 09).
 
-- ``flash_forward_kernel``: the kernel. One program computes one block of BLOCK_M
-  query rows of one (batch, head): it walks over the key blocks with an online
+- ``flash_forward_kernel``: the forward kernel. One program computes one block of
+  BLOCK_M query rows of one (batch, head): it walks over the key blocks with an online
   softmax and writes the output rows and their natural-log logsumexp.
 - ``run_forward_kernel``: launches any kernel with that signature (the exercise's
   kernel too) on q, k, v of shape [..., L, d].
-- ``flash_attention_triton_forward``, ``flash_attention_triton``: the course kernel
-  as a function, and as an autograd.Function whose backward is the PyTorch
-  ``flash_attention_backward`` of ``course_utils.flash`` (it needs only the logsumexp).
+- ``flash_backward_dkdv_kernel``, ``flash_backward_dq_kernel``: the backward pass, which
+  rebuilds each block of probabilities from the logsumexp (as course_utils.flash does).
+- ``flash_attention_triton_forward``, ``flash_attention_triton_backward``: the kernels as
+  functions; ``flash_attention_triton``: both as one differentiable autograd.Function.
 
 Where it runs. With a CUDA GPU the kernel is compiled. Without one, this module sets
 TRITON_INTERPRET=1 on import, before any kernel is defined: ``triton.jit`` reads it when
@@ -25,8 +26,10 @@ the GPU up to rounding, but:
 - numpy has no bfloat16: the interpreter stores it as 16-bit integers and its tl.dot
   multiplies those integers (wrong by orders of magnitude), so bfloat16 is refused there;
 - it cannot show what makes a kernel fast or slow: memory coalescing, shared memory,
-  register pressure, warps, pipelining; nor out-of-bounds reads the GPU would make
-  silently (numpy raises or reads other data).
+  register pressure, warps, pipelining; nor whether the compiler accepts the kernel
+  (the tests compile it for an sm_90 GPU, which needs no GPU);
+- like a GPU, it does not catch an unmasked load past the end of a tensor: it silently
+  reads whatever lies in memory there.
 
 Triton has no wheel for macOS or Windows: then ``TRITON_AVAILABLE`` is False, the
 kernels are still defined (as plain functions, never run), and running one raises
@@ -45,7 +48,10 @@ __all__ = [
     "TRITON_MISSING",
     "flash_forward_kernel",
     "run_forward_kernel",
+    "flash_backward_dkdv_kernel",
+    "flash_backward_dq_kernel",
     "flash_attention_triton_forward",
+    "flash_attention_triton_backward",
     "flash_attention_triton",
     "interpreted",
     "default_block_sizes",
@@ -290,43 +296,170 @@ def run_forward_kernel(kernel, q, k, v, causal=False, block_m=16, block_n=16, **
     return out[..., :d_v].reshape(*batch, L_q, d_v), lse.reshape(*batch, L_q)
 
 
-def default_block_sizes(device):
-    """(block_m, block_n): small blocks for the interpreter's small inputs, larger ones for a GPU."""
-    return (64, 64) if INTERPRETED or torch.device(device).type != "cuda" else (128, 64)
+def default_block_sizes(q):
+    """(block_m, block_n) of the forward kernel for queries ``q``: 64 x 64 under the interpreter (its cost is
+    per block, so few large blocks run fastest); on a GPU as large as fits in an H100/H200's shared memory
+    (tl.dot's tiles of q, k, v) for this head size and dtype. The backward kernels use half the block_m."""
+    if INTERPRETED or not isinstance(q, torch.Tensor) or q.device.type != "cuda":
+        return 64, 64
+    row_bytes = _padded(q.shape[-1]) * q.element_size()  # e.g. 128 bytes for bfloat16, d = 64
+    return (128 if row_bytes <= 256 else 64), (64 if row_bytes <= 512 else 32)
 
 
 def flash_attention_triton_forward(q, k, v, causal=False, block_m=None, block_n=None):
     """FlashAttention's forward pass with the course kernel: (output, logsumexp), no autograd."""
     _require_triton()
-    default_m, default_n = default_block_sizes(q.device if isinstance(q, torch.Tensor) else "cpu")
+    default_m, default_n = default_block_sizes(q)
     block_m, block_n = block_m or default_m, block_n or default_n
     options = {} if INTERPRETED else {"num_warps": 8 if block_m >= 128 else 4, "num_stages": 2}
     return run_forward_kernel(flash_forward_kernel, q, k, v, causal, block_m, block_n, **options)
 
 
+# --------------------------------------------------------------------------- the backward pass
+# The same recomputation as course_utils.flash.flash_attention_backward, as two kernels, so that
+# no two programs add into the same memory: one program per KEY block sums dK_j and dV_j over the
+# query blocks; one program per QUERY block sums dQ_i over the key blocks. Both rebuild
+# P = exp(S - L) from the saved logsumexp L, and use Delta = rowsum(dO * O) (computed before).
+
+
+@triton.jit
+def flash_backward_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, DK, DV, L_q, L_k, scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_V: tl.constexpr,
+):  # fmt: skip
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1)
+    keys = start_n + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, D)
+    dims_v = tl.arange(0, D_V)
+    k = tl.load(K + bh * L_k * D + keys[:, None] * D + dims[None, :], mask=keys[:, None] < L_k, other=0.0)
+    v = tl.load(V + bh * L_k * D_V + keys[:, None] * D_V + dims_v[None, :], mask=keys[:, None] < L_k, other=0.0)
+    dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, D_V], dtype=tl.float32)
+    qk_scale = scale * 1.4426950408889634  # log2 units, as in the forward kernel
+    # Causal: the first query that sees key start_n is query start_n: earlier query blocks are skipped.
+    start = 0
+    if CAUSAL:
+        start = (start_n // BLOCK_M) * BLOCK_M
+    for start_m in range(start, L_q, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        q_t = tl.load(Q + bh * L_q * D + rows[None, :] * D + dims[:, None], mask=rows[None, :] < L_q, other=0.0)
+        do = tl.load(DO + bh * L_q * D_V + rows[:, None] * D_V + dims_v[None, :], mask=rows[:, None] < L_q, other=0.0)
+        lse = tl.load(LSE + bh * L_q + rows, mask=rows < L_q, other=0.0) * 1.4426950408889634
+        delta = tl.load(DELTA + bh * L_q + rows, mask=rows < L_q, other=0.0)
+        # P^T [BLOCK_N, BLOCK_M] = exp(S^T - L), rebuilt; 0 where a key may not be seen
+        allowed = (keys[:, None] < L_k) & (rows[None, :] < L_q)
+        if CAUSAL:
+            allowed = allowed & (keys[:, None] <= rows[None, :])
+        p_t = tl.where(allowed, tl.exp2(tl.dot(k, q_t) * qk_scale - lse[None, :]), 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do)  # dV = P^T dO
+        dp_t = tl.dot(v, tl.trans(do))  # dP^T = V dO^T
+        ds_t = p_t * (dp_t - delta[None, :])  # dS = P * (dP - Delta)
+        dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t))  # dK = dS^T Q (times scale, below)
+    tl.store(
+        DK + bh * L_k * D + keys[:, None] * D + dims[None, :],
+        (dk * scale).to(DK.dtype.element_ty),
+        mask=keys[:, None] < L_k,
+    )
+    tl.store(
+        DV + bh * L_k * D_V + keys[:, None] * D_V + dims_v[None, :],
+        dv.to(DV.dtype.element_ty),
+        mask=keys[:, None] < L_k,
+    )
+
+
+@triton.jit
+def flash_backward_dq_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ, L_q, L_k, scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_V: tl.constexpr,
+):  # fmt: skip
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    rows = start_m + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, D)
+    dims_v = tl.arange(0, D_V)
+    q = tl.load(Q + bh * L_q * D + rows[:, None] * D + dims[None, :], mask=rows[:, None] < L_q, other=0.0)
+    do = tl.load(DO + bh * L_q * D_V + rows[:, None] * D_V + dims_v[None, :], mask=rows[:, None] < L_q, other=0.0)
+    lse = tl.load(LSE + bh * L_q + rows, mask=rows < L_q, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + bh * L_q + rows, mask=rows < L_q, other=0.0)
+    dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    qk_scale = scale * 1.4426950408889634
+    end_n = L_k
+    if CAUSAL:
+        end_n = tl.minimum(L_k, start_m + BLOCK_M)
+    for start_n in range(0, end_n, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        k_t = tl.load(K + bh * L_k * D + keys[None, :] * D + dims[:, None], mask=keys[None, :] < L_k, other=0.0)
+        v_t = tl.load(V + bh * L_k * D_V + keys[None, :] * D_V + dims_v[:, None], mask=keys[None, :] < L_k, other=0.0)
+        allowed = (keys[None, :] < L_k) & (rows[:, None] < L_q)
+        if CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        p = tl.where(allowed, tl.exp2(tl.dot(q, k_t) * qk_scale - lse[:, None]), 0.0)
+        ds = p * (tl.dot(do, v_t) - delta[:, None])  # dS = P * (dO V^T - Delta)
+        dq += tl.dot(ds.to(k_t.dtype), tl.trans(k_t))  # dQ = dS K (times scale, below)
+    tl.store(
+        DQ + bh * L_q * D + rows[:, None] * D + dims[None, :],
+        (dq * scale).to(DQ.dtype.element_ty),
+        mask=rows[:, None] < L_q,
+    )
+
+
+def flash_attention_triton_backward(q, k, v, output, logsumexp, grad_output, causal=False, block_m=None, block_n=None):
+    """(dq, dk, dv) with the two backward kernels, from the forward's output and logsumexp."""
+    _require_triton()
+    kernel = flash_backward_dq_kernel
+    _check_inputs(kernel, q, k, v)
+    batch, (L_q, d), L_k, d_v = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
+    for name, t, shape in (("output", output, (*batch, L_q, d_v)), ("grad_output", grad_output, (*batch, L_q, d_v)),
+                           ("logsumexp", logsumexp, (*batch, L_q))):  # fmt: skip
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.device != q.device:
+            got = f"{tuple(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a tensor of shape {shape} on {q.device}, got {got}")
+    default_m, default_n = default_block_sizes(q)
+    block_m = _power_of_two_block(block_m or max(16, default_m // 2), "block_m")  # more tiles live: smaller
+    block_n = _power_of_two_block(block_n or default_n, "block_n")
+    D, D_V = _padded(d), _padded(d_v)
+    q3, k3, v3, do3 = _rows(q, D), _rows(k, D), _rows(v, D_V), _rows(grad_output.to(q.dtype), D_V)
+    lse = logsumexp.reshape(-1, L_q).float().contiguous()
+    delta = (grad_output.float() * output.float()).sum(-1).reshape(-1, L_q).contiguous()  # Delta = rowsum(dO * O)
+    dq, dk, dv = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(v3)
+    sizes = {"CAUSAL": causal, "BLOCK_M": block_m, "BLOCK_N": block_n, "D": D, "D_V": D_V}
+    options = {} if INTERPRETED else {"num_warps": 4, "num_stages": 1}
+    scale = 1.0 / math.sqrt(d)
+    flash_backward_dkdv_kernel[(triton.cdiv(L_k, block_n), q3.shape[0])](
+        q3, k3, v3, do3, lse, delta, dk, dv, L_q, L_k, scale, **sizes, **options
+    )
+    flash_backward_dq_kernel[(triton.cdiv(L_q, block_m), q3.shape[0])](
+        q3, k3, v3, do3, lse, delta, dq, L_q, L_k, scale, **sizes, **options
+    )
+    return (
+        dq[..., :d].reshape(q.shape),
+        dk[..., :d].reshape(k.shape),
+        dv[..., :d_v].reshape(v.shape),
+    )
+
+
 class _FlashAttentionTriton(torch.autograd.Function):
-    """Forward in Triton; backward recomputes the probabilities from the saved logsumexp (course_utils.flash)."""
+    """Forward and backward in Triton; only q, k, v, the output and the logsumexp are kept in between."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, block_m, block_n):
-        with torch.no_grad():
-            out, lse = flash_attention_triton_forward(q, k, v, causal, block_m, block_n)
+        out, lse = flash_attention_triton_forward(q, k, v, causal, block_m, block_n)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal = causal
+        ctx.causal, ctx.block_m, ctx.block_n = causal, block_m, block_n
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        from course_utils.flash import flash_attention_backward
-
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attention_backward(q, k, v, out, lse, grad_out.contiguous(), causal=ctx.causal)
+        dq, dk, dv = flash_attention_triton_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.block_m, ctx.block_n)
         return dq, dk, dv, None, None, None
 
 
 def flash_attention_triton(q, k, v, causal=False, block_m=None, block_n=None):
     """Attention output of q [..., L_q, d], k [..., L_k, d], v [..., L_k, d_v], differentiable in q, k, v.
+    Block sizes left as None are chosen by ``default_block_sizes``.
 
-    Forward: the Triton kernel; backward: ``course_utils.flash.flash_attention_backward``
-    from the saved output and logsumexp (no L_q x L_k matrix is kept)."""
+    Forward: ``flash_forward_kernel``; backward: the two backward kernels, from the saved output
+    and logsumexp (no L_q x L_k matrix is kept)."""
     return _FlashAttentionTriton.apply(q, k, v, causal, block_m, block_n)

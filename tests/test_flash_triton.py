@@ -13,7 +13,12 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import flash_triton
-from course_utils.flash_triton import flash_attention_triton, flash_attention_triton_forward, run_forward_kernel
+from course_utils.flash_triton import (
+    flash_attention_triton,
+    flash_attention_triton_backward,
+    flash_attention_triton_forward,
+    run_forward_kernel,
+)
 
 needs_triton = pytest.mark.skipif(not flash_triton.TRITON_AVAILABLE, reason="Triton is not installed")
 needs_cuda = pytest.mark.skipif(
@@ -128,18 +133,52 @@ def test_float16_keeps_its_dtype():
 
 
 @needs_triton
-@pytest.mark.parametrize("causal", [False, True])
-def test_gradients_equal_autograd_through_naive_attention(causal):
-    q, k, v = qkv((2, 2), 37, 53, 16, 24)
+@pytest.mark.parametrize(
+    ("batch", "L_q", "L_k", "d", "d_v", "causal", "blocks"),
+    [
+        ((2, 2), 37, 53, 16, 24, False, (16, 16)),
+        ((2, 2), 37, 53, 16, 24, True, (16, 16)),
+        ((1,), 53, 37, 20, 12, True, (32, 16)),
+        ((3,), 40, 40, 12, 20, True, (16, 32)),
+        ((1, 2), 130, 130, 64, 64, True, (None, None)),
+    ],
+    ids=str,
+)
+def test_gradients_equal_autograd_through_naive_attention(batch, L_q, L_k, d, d_v, causal, blocks):
+    q, k, v = qkv(batch, L_q, L_k, d, d_v)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    out = flash_attention_triton(*leaves, causal=causal)
+    out = flash_attention_triton(*leaves, causal, *blocks)
     grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
     grads = torch.autograd.grad(out, leaves, grad_out)
     naive = [t.double().requires_grad_() for t in (q, k, v)]
     expected = torch.autograd.grad(reference(*naive, causal)[0], naive, grad_out.double())
     torch.testing.assert_close(out.double(), reference(q, k, v, causal)[0], atol=1e-5, rtol=1e-5)
     for got, want in zip(grads, expected, strict=True):
+        assert got.dtype == torch.float32
         torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-4)
+
+
+@needs_triton
+def test_triton_backward_equals_the_pytorch_backward():
+    from course_utils.flash import flash_attention_backward
+
+    q, k, v = qkv((2,), 45, 30, 16, 16)
+    out, lse = flash_attention_triton_forward(q, k, v, causal=True)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    triton_grads = flash_attention_triton_backward(q, k, v, out, lse, grad_out, causal=True, block_m=16, block_n=16)
+    torch_grads = flash_attention_backward(q, k, v, out, lse, grad_out, causal=True, block_size=16)
+    for got, want in zip(triton_grads, torch_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@needs_triton
+@pytest.mark.parametrize("name", ["output", "logsumexp", "grad_output"])
+def test_backward_names_a_wrong_saved_tensor(name):
+    q, k, v = qkv((2,), 8, 8, 16, 16)
+    args = {"output": torch.zeros(2, 8, 16), "logsumexp": torch.zeros(2, 8), "grad_output": torch.zeros(2, 8, 16)}
+    args[name] = args[name][..., :-1]
+    with pytest.raises(ValueError, match=f"{name} must be a tensor of shape"):
+        flash_attention_triton_backward(q, k, v, **args)
 
 
 @needs_triton
@@ -232,18 +271,29 @@ def test_kernel_compiles_for_a_gpu_without_one():
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
 
-        from course_utils.flash_triton import flash_forward_kernel
+        from course_utils import flash_triton
 
         warnings.simplefilter("ignore")  # Triton 3.9's note on the default of FP fusion
-        pointers = dict.fromkeys(("Q", "K", "V", "Out"), "*bf16")
-        signature = {**pointers, "LSE": "*fp32", "L_q": "i32", "L_k": "i32", "scale": "fp32"}
-        constants = {"CAUSAL": True, "BLOCK_M": 128, "BLOCK_N": 64, "D": 64, "D_V": 64}
-        signature.update(dict.fromkeys(constants, "constexpr"))
-        source = ASTSource(flash_forward_kernel, signature, constexprs=constants)
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 2})
-        print(type(flash_forward_kernel).__name__, "tt.dot" in compiled.asm["ttir"], len(compiled.asm["cubin"]) > 0)
+        scalars = {"L_q": "i32", "L_k": "i32", "scale": "fp32"}
+        for name, kernel, pointers, constants, options in [
+            ("forward", flash_triton.flash_forward_kernel, ("Q", "K", "V", "Out"), {"BLOCK_M": 128}, (8, 2)),
+            ("dk, dv", flash_triton.flash_backward_dkdv_kernel, ("Q", "K", "V", "DO", "DK", "DV"), {}, (4, 1)),
+            ("dq", flash_triton.flash_backward_dq_kernel, ("Q", "K", "V", "DO", "DQ"), {}, (4, 1)),
+        ]:
+            # bfloat16, d = 64, causal, the default block sizes and launch options on a GPU
+            constants = {"CAUSAL": True, "BLOCK_M": 64, "BLOCK_N": 64, "D": 64, "D_V": 64} | constants
+            signature = dict.fromkeys(pointers, "*bf16") | {"LSE": "*fp32", "DELTA": "*fp32"} | scalars
+            signature = {arg: signature[arg] for arg in kernel.arg_names if arg not in constants}
+            signature |= dict.fromkeys(constants, "constexpr")
+            source = ASTSource(kernel, signature, constexprs=constants)
+            compiled = triton.compile(
+                source, target=GPUTarget("cuda", 90, 32), options={"num_warps": options[0], "num_stages": options[1]}
+            )
+            assert "tt.dot" in compiled.asm["ttir"] and len(compiled.asm["cubin"]) > 0, name
+            assert compiled.metadata.shared <= 227 * 1024, (name, compiled.metadata.shared)  # an H100's shared memory
+            print(type(kernel).__name__)
         """
-    assert run_script(script) == ["JITFunction", "True", "True"]
+    assert run_script(script) == ["JITFunction"] * 3
 
 
 # Tolerances on a GPU: tl.dot of float32 inputs uses TF32 (10-bit mantissa) by default, of bfloat16 inputs
