@@ -111,7 +111,11 @@ def test_other_wrong_results_and_types_are_reported():
         outputs, h = learner_rnn(x, W_xh, W_hh, b, h0)
         return outputs + 0.01, h
 
+    def forgot_return(x, W_xh, W_hh, b, h0):
+        learner_rnn(x, W_xh, W_hh, b, h0)
+
     assert_caught("recurrent_forward", returns_a_list, ex.NOT_A_PAIR)
+    assert_caught("recurrent_forward", forgot_return, "forget the `return`")
     assert_caught("recurrent_forward", off_by_a_bit, "the outputs is not right")
 
 
@@ -130,3 +134,46 @@ def test_inputs_are_not_changed_in_place():
         return result
 
     assert_caught("recurrent_forward", zero_x, "changed `x` in place")
+
+
+def _strided(t):
+    return torch.stack([t, t], dim=-1)[..., 0]  # the same values, not contiguous
+
+
+UNUSUAL_WRONG = {  # conversion of both outputs -> a phrase the message must hold
+    "int64": (lambda t: t.long(), "dtype"),
+    "float16": (lambda t: t.half(), "dtype"),
+    "float64": (lambda t: t.double(), "float64"),
+    "meta device": (lambda t: t.to("meta"), "meta"),
+    "sparse": (lambda t: t.to_sparse(), "sparse"),
+    "numpy array": (lambda t: t.detach().numpy(), "torch.Tensor"),
+    "list": (lambda t: t.tolist(), "torch.Tensor"),
+    "0-d": (lambda t: t.sum(), "shape"),
+    "extra axis": (lambda t: t[None], "shape"),
+    "NaN": (lambda t: t * float("nan"), "NaN"),
+}
+UNUSUAL_RIGHT = {
+    "not contiguous": _strided,
+    "requires grad": lambda t: t.detach().requires_grad_(True),
+    "nn.Parameter": lambda t: torch.nn.Parameter(t, requires_grad=False),
+}
+
+
+@pytest.mark.parametrize("name", UNUSUAL_WRONG)
+def test_unusual_outputs_are_named_not_a_checker_failure(name):
+    convert, phrase = UNUSUAL_WRONG[name]
+
+    def candidate(*args):
+        return tuple(convert(t) for t in solution("recurrent_forward")(*args))
+
+    result = check("recurrent_forward", candidate, quiet=True)
+    assert "checker itself" not in result.message, result.message
+    assert not result.passed and phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
+
+
+@pytest.mark.parametrize("name", UNUSUAL_RIGHT)
+def test_unusual_but_right_outputs_pass(name):
+    def candidate(*args):
+        return tuple(UNUSUAL_RIGHT[name](t) for t in solution("recurrent_forward")(*args))
+
+    assert_passes("recurrent_forward", candidate)

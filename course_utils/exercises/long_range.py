@@ -82,6 +82,8 @@ def _cases():
 def _split_result(got, x, h0, description):
     """The (outputs, h_T) pair, or a Mistake that names what came back instead."""
     batch, steps, d_h = x.shape[0], x.shape[1], h0.shape[1]
+    if got is None:
+        raise Mistake(f"your function returned None: did you forget the `return` line? {NOT_A_PAIR}.")
     if isinstance(got, torch.Tensor):
         if tuple(got.shape) == (batch, d_h):
             raise Mistake(
@@ -93,7 +95,7 @@ def _split_result(got, x, h0, description):
         raise Mistake(f"{NOT_A_PAIR}; your function returned {type(got).__name__} ({description}).")
     outputs, h_last = got
     for value, what in ((outputs, "outputs"), (h_last, "h_T")):
-        expect_tensor(value, what=what)
+        expect_tensor(value, dtype=x.dtype, what=what)
         expect_plain(value, x.device, what)
     if outputs.shape == (batch, d_h) and h_last.shape == (batch, steps, d_h) and steps > 1:
         raise Mistake(f"{PAIR_ORDER}: return (outputs, h_T), outputs first ({description}).")
