@@ -1,0 +1,173 @@
+"""Lesson 05d's exercise: cut images into patches (``patchify``).
+
+The solution is the course's reference, ``course_utils.vision.patchify``. The expected
+answer comes from an independent oracle, PyTorch's ``F.unfold`` (the sliding-window
+operation behind convolutions), transposed to [B, num_patches, C*p*p].
+
+Each known mistake (a reshape without the permute, patches numbered column by column,
+pixels flattened channels last, ...) is recomputed on the same images and named when the
+learner's output matches it. The images are random, so two different orders never agree
+by chance; several channels and non-square images make every mistake show somewhere.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from course_utils import vision
+from course_utils.exercises import exercise
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator
+
+# Distinctive phrases, one per mistake (the tests look for them).
+P_STRIPS = "your patches are strips, not squares"
+P_COLUMN_MAJOR = "your patches are numbered column by column"
+P_CHANNELS_LAST = "you flattened each patch channels last"
+P_PATCH_TRANSPOSED = "inside each patch you read the pixels column by column"
+P_IMAGE_TRANSPOSED = "you swapped height and width"
+P_UNFOLD_LAYOUT = "the patches are on the last axis"
+P_GRID_NOT_MERGED = "you kept the grid of patches as two axes"
+P_WRONG_COUNT = "you have the wrong number of patches"
+P_SILENT_CROP = "you silently cut off the pixels"
+P_NO_VALUE_ERROR = "raise a ValueError"
+
+
+def _oracle(images, p):
+    """F.unfold gives [B, C*p*p, num_patches], patches row by row, each flattened (C, p, p)."""
+    return F.unfold(images, kernel_size=p, stride=p).transpose(1, 2)
+
+
+def _variant(images, p, order):
+    """patchify with the axes of [B, C, rows, p, cols, p] put in another ``order`` before flattening."""
+    b, c, h, w = images.shape
+    grid = images.reshape(b, c, h // p, p, w // p, p).permute(order)
+    return grid.reshape(b, (h // p) * (w // p), c * p * p)
+
+
+def _mistakes(images, p):
+    b, c, h, w = images.shape
+    mistakes = [
+        (
+            f"{P_STRIPS}: a reshape straight from [B, C, H, W] to [B, num_patches, C*p*p] cuts the pixels in "
+            f"reading order, so each 'patch' is {p * p} pixels of one or a few image rows. Split both axes first, "
+            f"reshape(B, C, H//p, p, W//p, p), then permute the two 'which patch' axes to the front: "
+            f"permute(0, 2, 4, 1, 3, 5), and only then reshape to [B, num_patches, C*p*p].",
+            images.reshape(b, (h // p) * (w // p), c * p * p),
+        ),
+        (
+            f"{P_COLUMN_MAJOR} (down the first column, then the next); the course, like F.unfold and ViT, numbers "
+            f"them row by row: left to right, then top to bottom. Put the patch-row axis before the patch-column "
+            f"axis: permute(0, 2, 4, ...), not permute(0, 4, 2, ...).",
+            _variant(images, p, (0, 4, 2, 1, 3, 5)),
+        ),
+        (
+            f"{P_CHANNELS_LAST} (row, column, channel). The course flattens channel first, then row, then column "
+            f"(C, p, p), the layout of a Conv2d weight [d_model, C, p, p] and of F.unfold: permute(0, 2, 4, 1, 3, 5).",
+            _variant(images, p, (0, 2, 4, 3, 5, 1)),
+        ),
+        (
+            f"{P_PATCH_TRANSPOSED} (each patch is transposed). Keep the pixel-row axis before the pixel-column axis: "
+            f"the last two axes of the permute are (3, 5), not (5, 3).",
+            _variant(images, p, (0, 2, 4, 1, 5, 3)),
+        ),
+        (
+            f"{P_IMAGE_TRANSPOSED}: your result is the patches of the transposed image (patches column by column "
+            f"and each patch transposed). images are [B, C, H, W]: height (rows) is axis 2, width (columns) axis 3.",
+            _variant(images, p, (0, 4, 2, 1, 5, 3)),
+        ),
+    ]
+    if c > 1:  # channels last and patches column by column, or channels last and each patch transposed
+        mistakes += [
+            (
+                f"{P_COLUMN_MAJOR}, and {P_CHANNELS_LAST}: number the patches row by row and flatten (C, p, p), "
+                f"permute(0, 2, 4, 1, 3, 5).",
+                _variant(images, p, (0, 4, 2, 3, 5, 1)),
+            ),
+            (
+                f"{P_CHANNELS_LAST}, and {P_PATCH_TRANSPOSED}: flatten each patch as (C, p, p), rows before columns.",
+                _variant(images, p, (0, 2, 4, 5, 3, 1)),
+            ),
+        ]
+    return mistakes
+
+
+def _check_shape(got, images, p, description):
+    b, c, h, w = images.shape
+    rows, cols, size = h // p, w // p, c * p * p
+    expected = (b, rows * cols, size)
+    expect_tensor(got, what=f"result for {description}")
+    shape = tuple(got.shape)
+    if shape == expected:
+        return
+    if shape == (b, size, rows * cols) and shape != expected:
+        raise Mistake(
+            f"{P_UNFOLD_LAYOUT} ([B, C*p*p, num_patches] = {shape}, as F.unfold returns them), for {description}. "
+            f"A sequence of tokens is [B, num_patches, C*p*p] = {expected}: transpose the last two axes."
+        )
+    if shape in ((b, rows, cols, size), (b, cols, rows, size)):
+        raise Mistake(
+            f"{P_GRID_NOT_MERGED} ({shape}) for {description}: a Transformer takes one sequence, so merge them into "
+            f"rows * cols = {rows * cols} tokens: shape {expected}."
+        )
+    if len(shape) == 3 and shape[0] == b and shape[1] != rows * cols:
+        raise Mistake(
+            f"{P_WRONG_COUNT} for {description}: {shape[1]}, but an image of {h}x{w} pixels holds "
+            f"{rows} x {cols} = {rows * cols} patches of {p}x{p} (H // p rows of patches, W // p columns). "
+            f"Expected shape {expected}, got {shape}."
+        )
+    raise Mistake(f"the result for {description} should have shape {expected} = [B, num_patches, C*p*p], got {shape}.")
+
+
+def _cases():
+    g = generator(5)
+    # several channels and a non-square image first, so the first message names every mistake it can
+    return [
+        ("3 RGB images of 8x12 pixels (height 8, width 12), patch_size=4", torch.randn(3, 3, 8, 12, generator=g), 4),
+        ("2 grey 8x8 images, patch_size=4", torch.randn(2, 1, 8, 8, generator=g), 4),
+        ("1 image with 2 channels, 12x6 pixels, patch_size=3", torch.randn(1, 2, 12, 6, generator=g), 3),
+        ("2 RGB 6x6 images, patch_size=6 (one patch)", torch.randn(2, 3, 6, 6, generator=g), 6),
+        ("2 RGB 4x6 images, patch_size=2", torch.randn(2, 3, 4, 6, generator=g), 2),
+    ]
+
+
+def _check_divisibility(candidate):
+    """10x12 pixels do not cut into 4x4 patches: the candidate must refuse with a ValueError."""
+    images = torch.randn(2, 1, 10, 12, generator=generator(6))
+    try:
+        got = candidate(images, 4)
+    except ValueError:
+        return
+    except Exception as exc:
+        raise Mistake(
+            f"for 10x12 images and patch_size=4 your code raised {type(exc).__name__}: {str(exc)[:200]}. "
+            f"10 is not a multiple of 4: {P_NO_VALUE_ERROR} yourself, before any reshape, whose message says that "
+            f"height and width must be multiples of patch_size (e.g. `if h % patch_size or w % patch_size: "
+            f"raise ValueError(...)`)."
+        ) from None
+    shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+    raise Mistake(
+        f"for 10x12 images and patch_size=4 your code returned {shape}: {P_SILENT_CROP} that do not fill a whole "
+        f"patch (F.unfold and Tensor.unfold do that without a word). An image that is not a whole number of "
+        f"patches is a mistake of the caller: {P_NO_VALUE_ERROR} that says height and width must be multiples "
+        f"of patch_size."
+    )
+
+
+@exercise(
+    "patchify",
+    solution=vision.patchify,
+    hints=[
+        "Split each spatial axis in two: H = (H // p) * p, 'which row of patches' and 'which pixel row inside the "
+        "patch'; the same for W. reshape(B, C, H // p, p, W // p, p) does that without moving any pixel.",
+        "Now the axes are [B, C, rows, p, cols, p]. A token must hold one whole patch, so bring (rows, cols) to "
+        "the front and (C, p, p) to the back with permute(0, 2, 4, 1, 3, 5), then reshape to "
+        "[B, rows * cols, C * p * p].",
+        "Check first that H and W are multiples of patch_size and raise a ValueError if not; the course's "
+        "`patch_grid(h, w, patch_size)` does that and returns (rows, cols).",
+    ],
+)
+def check_patchify(candidate):
+    for description, images, p in _cases():
+        got = call(candidate, images, p)
+        _check_shape(got, images, p, description)
+        expect_plain(got, images.device, f"result for {description}")
+        diagnose(got, _oracle(images, p), _mistakes(images, p), what="result", context=description)
+    _check_divisibility(candidate)

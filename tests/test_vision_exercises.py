@@ -1,0 +1,157 @@
+"""Lesson 05d's checker: the solution passes, and each planted mistake gets its own message.
+
+The mistaken candidates are written the way a learner might write them (a reshape
+without permute, torch's Tensor.unfold, einops-like index juggling), independently of
+the checker's own mistake generator.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.exercises import check, solution
+from course_utils.exercises import vision as ex
+from tests.exercise_asserts import assert_caught, assert_passes
+
+
+def learner_patchify(images, patch_size, order=(0, 2, 4, 1, 3, 5), check_size=True):
+    """A learner's patchify; ``order`` is the permute of [B, C, rows, p, cols, p] they chose."""
+    b, c, h, w = images.shape
+    p = patch_size
+    if check_size and (h % p or w % p):
+        raise ValueError("height and width must be multiples of patch_size")
+    x = images.reshape(b, c, h // p, p, w // p, p).permute(*order)
+    return x.reshape(b, -1, c * p * p)
+
+
+def test_solution_and_learner_version_pass():
+    assert_passes("patchify", solution("patchify"))
+    assert_passes("patchify", learner_patchify)
+
+
+def test_a_version_with_unfold_and_a_size_check_passes():
+    def with_unfold(images, patch_size):
+        if images.shape[-2] % patch_size or images.shape[-1] % patch_size:
+            raise ValueError("not a whole number of patches")
+        return F.unfold(images, patch_size, stride=patch_size).transpose(1, 2)
+
+    assert_passes("patchify", with_unfold)
+
+
+def test_stub_is_not_attempted():
+    def stub(images, patch_size):
+        raise NotImplementedError
+
+    assert check("patchify", stub, quiet=True).status == "not attempted"
+
+
+def test_reshape_without_permute_gives_strips():
+    def strips(images, patch_size):
+        b, c, h, w = images.shape
+        return images.reshape(b, (h // patch_size) * (w // patch_size), c * patch_size**2)
+
+    assert_caught("patchify", strips, ex.P_STRIPS)
+
+
+def test_split_but_not_permuted_gives_strips_too():
+    assert_caught("patchify", lambda x, p: learner_patchify(x, p, order=(0, 1, 2, 3, 4, 5)), ex.P_STRIPS)
+
+
+@pytest.mark.parametrize(
+    "order, phrase",
+    [
+        ((0, 4, 2, 1, 3, 5), ex.P_COLUMN_MAJOR),
+        ((0, 2, 4, 3, 5, 1), ex.P_CHANNELS_LAST),
+        ((0, 2, 4, 1, 5, 3), ex.P_PATCH_TRANSPOSED),
+        ((0, 4, 2, 1, 5, 3), ex.P_IMAGE_TRANSPOSED),
+    ],
+)
+def test_wrong_orders_are_named(order, phrase):
+    assert_caught("patchify", lambda x, p: learner_patchify(x, p, order=order), phrase)
+
+
+def test_two_mistakes_at_once_name_both():
+    result = check("patchify", lambda x, p: learner_patchify(x, p, order=(0, 4, 2, 3, 5, 1)), quiet=True)
+    assert not result.passed
+    assert ex.P_COLUMN_MAJOR in result.message and ex.P_CHANNELS_LAST in result.message, result.message
+
+
+def test_patches_of_the_transposed_image_are_named():
+    def transposed(images, patch_size):
+        return learner_patchify(images.transpose(-1, -2), patch_size)
+
+    assert_caught("patchify", transposed, ex.P_IMAGE_TRANSPOSED)
+
+
+def test_unfold_without_transpose_is_named():
+    def unfold_only(images, patch_size):
+        return F.unfold(images, patch_size, stride=patch_size)
+
+    assert_caught("patchify", unfold_only, ex.P_UNFOLD_LAYOUT)
+
+
+def test_grid_kept_as_two_axes_is_named():
+    def grid(images, patch_size):
+        b, c, h, w = images.shape
+        p = patch_size
+        x = images.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5)
+        return x.reshape(b, h // p, w // p, c * p * p)
+
+    assert_caught("patchify", grid, ex.P_GRID_NOT_MERGED)
+
+
+def test_height_used_for_both_axes_gives_the_wrong_count():
+    def square_only(images, patch_size):
+        b, c, h, w = images.shape
+        n = (h // patch_size) ** 2  # as if every image were square
+        return (
+            images.unfold(2, patch_size, patch_size)
+            .unfold(3, patch_size, patch_size)
+            .reshape(b, -1, c, patch_size**2)[:, :n]
+            .reshape(b, n, -1)
+        )
+
+    assert_caught("patchify", square_only, ex.P_WRONG_COUNT)
+
+
+def test_tensor_unfold_that_crops_silently_is_named():
+    def tensor_unfold(images, patch_size):
+        b, c = images.shape[:2]
+        p = patch_size
+        x = images.unfold(2, p, p).unfold(3, p, p)  # [B, C, rows, cols, p, p]; drops what does not fit
+        return x.permute(0, 2, 3, 1, 4, 5).reshape(b, -1, c * p * p)
+
+    assert_caught("patchify", tensor_unfold, ex.P_SILENT_CROP)
+
+
+def test_no_size_check_gets_asked_for_a_value_error():
+    # the reshape fails with a RuntimeError: right to fail, but not a clear error for the caller
+    assert_caught("patchify", lambda x, p: learner_patchify(x, p, check_size=False), ex.P_NO_VALUE_ERROR)
+
+
+def test_view_after_permute_is_explained():
+    def with_view(images, patch_size):
+        b, c, h, w = images.shape
+        p = patch_size
+        x = images.view(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5)
+        return x.view(b, -1, c * p * p)
+
+    result = check("patchify", with_view, quiet=True)
+    assert not result.passed and "contiguous" in result.message, result.message
+
+
+def test_in_place_change_of_the_images_is_named():
+    def in_place(images, patch_size):
+        images.mul_(1.0)
+        images.add_(1.0)
+        return learner_patchify(images, patch_size) - 1.0
+
+    assert_caught("patchify", in_place, "in place")
+
+
+def test_checker_cases_hold_several_channels_and_non_square_images():
+    shapes = [tuple(images.shape) for _, images, _ in ex._cases()]
+    assert any(s[1] > 1 for s in shapes) and any(s[2] != s[3] for s in shapes)
+    # the oracle is F.unfold itself, not the course's patchify
+    images = torch.arange(2 * 8 * 8, dtype=torch.float32).reshape(1, 2, 8, 8)
+    assert ex._oracle(images, 4)[0, 1, :4].tolist() == [4.0, 5.0, 6.0, 7.0]  # patch 1 = top row, pixels 4..7
