@@ -419,34 +419,40 @@ def train(model, task, steps=300, batch_size=64, lr=1e-2, warmup=30, seed=0, eva
 
 @torch.no_grad()
 def greedy_decode(model, source, max_len=None):
-    """Write the translation word by word: feed back the most likely word until every row wrote </s>.
+    """Translate ``source`` [B, L_src] ids greedily -> [B, steps] French ids (on the CPU, without <s>).
 
-    source [B, L_src] ids -> [B, steps] French ids (without the leading <s>). The encoder runs once;
-    the decoder runs once per new word, on everything written so far.
+    The encoder runs once; ``decode_greedily`` then runs the decoder once per new word.
     """
     was_training = model.training
     model.eval()
     encoder_output, source_padding_mask = model.encode(source.to(next(model.parameters()).device))
-    written = decode_greedily(model, encoder_output, source_padding_mask, max_len or 2 * source.shape[1] + 2)
+    max_len = 2 * source.shape[1] + 2 if max_len is None else _positive_int(max_len, "max_len")
+    written = decode_greedily(model, encoder_output, source_padding_mask, max_len)
     model.train(was_training)
-    return written
+    return written.cpu()
 
 
 @torch.no_grad()
 def decode_greedily(model, encoder_output, source_padding_mask, max_len):
-    """The decoding loop of ``greedy_decode``, from a given encoder output (which may be edited first)."""
+    """Greedy decoding (lesson 05c's second exercise): write the most likely word, feed it back, repeat.
+
+    encoder_output [B, L_src, d] and source_padding_mask [B, L_src] come from ``model.encode``, once.
+    Returns [B, steps] French ids without the <s>: each row's words and its </s>, then padding (0)
+    once it has finished. Stops when every row has written </s>, or after ``max_len`` words.
+    """
     batch, device = encoder_output.shape[0], encoder_output.device
-    bos, eos = TARGET_VOCAB.index[Vocabulary.BOS], TARGET_VOCAB.index[Vocabulary.EOS]
-    written = torch.full((batch, 1), bos, device=device)
+    start, end, pad = TARGET_VOCAB.index[Vocabulary.BOS], TARGET_VOCAB.index[Vocabulary.EOS], TARGET_VOCAB.pad_id
+    written = torch.full((batch, 1), start, dtype=torch.long, device=device)  # every row starts with <s>
     done = torch.zeros(batch, dtype=torch.bool, device=device)
-    for _ in range(_positive_int(max_len, "max_len")):
-        next_word = model.decode(written, encoder_output, source_padding_mask)[:, -1].argmax(-1)
-        next_word = next_word.masked_fill(done, TARGET_VOCAB.pad_id)  # a finished row only pads
-        written = torch.cat([written, next_word[:, None]], dim=1)
-        done |= next_word == eos
+    for _ in range(max_len):
+        scores = model.decode(written, encoder_output, source_padding_mask)  # [B, words so far, vocabulary]
+        next_word = scores[:, -1].argmax(dim=-1)  # the last position predicts the next word
+        next_word = next_word.masked_fill(done, pad)  # a row that has finished only pads
+        written = torch.cat([written, next_word[:, None]], dim=1)  # feed it back
+        done = done | (next_word == end)
         if done.all():
             break
-    return written[:, 1:].cpu()
+    return written[:, 1:]  # without the <s>
 
 
 def translate(model, sentences):

@@ -1,7 +1,8 @@
-"""Lesson 05c's exercise `cross_attention`: the solution passes and each planted mistake gets its own message.
+"""Lesson 05c's exercises `cross_attention` and `decode_greedily`: the solutions pass and each planted
+mistake gets its own message.
 
-The mistakes are written the way a learner would write them (one call of the layer, wired
-wrongly), not taken from the checker's list.
+The mistakes are written the way a learner would write them (one call of the layer wired wrongly;
+a decoding loop with one slip), not taken from the checker's list.
 """
 
 import torch
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from course_utils.attention import MultiHeadAttention, causal_mask
 from course_utils.exercises import check, solution
 from course_utils.exercises import translation as checker
+from course_utils.translation import TARGET_VOCAB, Translator, encode_batch, greedy_decode
 from tests.exercise_asserts import assert_caught, assert_passes
 
 ID = "cross_attention"
@@ -149,3 +151,101 @@ def test_check_leaves_global_random_state_alone():
     torch.manual_seed(123)
     check(ID, solution(ID), quiet=True)
     assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------------------------------------- decode_greedily
+
+GREEDY = "decode_greedily"
+START, END, PAD = TARGET_VOCAB.index["<s>"], TARGET_VOCAB.index["</s>"], TARGET_VOCAB.pad_id
+
+
+def learner_loop(
+    model,
+    encoder_output,
+    source_padding_mask,
+    max_len,
+    *,
+    feed_back=True,
+    position=-1,
+    pad_finished=True,
+    stop="all",
+    keep_start=False,
+    keep_end=True,
+    honour_max_len=True,
+    encode_again=False,
+    call_model=False,
+    as_float=False,
+):
+    """A learner's greedy decoding loop with switches for the typical mistakes."""
+    if encode_again:
+        model.encode(torch.zeros(encoder_output.shape[:2], dtype=torch.long))
+    batch = encoder_output.shape[0]
+    written = torch.full((batch, 1), START, dtype=torch.long)
+    finished = torch.zeros(batch, dtype=torch.bool)
+    for _ in range(max_len if honour_max_len else 1000):
+        so_far = written if feed_back else written[:, -1:]
+        if call_model:
+            scores = model((torch.zeros(encoder_output.shape[:2], dtype=torch.long), so_far))
+        else:
+            scores = model.decode(so_far, encoder_output, source_padding_mask)
+        word = scores[:, position].argmax(dim=-1)
+        if pad_finished:
+            word = torch.where(finished, torch.full_like(word, PAD), word)
+        written = torch.cat([written, word.unsqueeze(1)], dim=1)
+        finished = finished | (word == END)
+        if (stop == "all" and finished.all()) or (stop == "any" and finished.any()):
+            break
+    out = written if keep_start else written[:, 1:]
+    if not keep_end:
+        out = torch.where(out == END, torch.full_like(out, PAD), out)
+    return out.float() if as_float else out
+
+
+def greedy(**switches):
+    def candidate(model, encoder_output, source_padding_mask, max_len):
+        return learner_loop(model, encoder_output, source_padding_mask, max_len, **switches)
+
+    return candidate
+
+
+def test_greedy_reference_and_learner_style_pass():
+    assert_passes(GREEDY, solution(GREEDY))
+    assert_passes(GREEDY, greedy())
+
+
+def test_greedy_stub_is_not_attempted():
+    def stub(model, encoder_output, source_padding_mask, max_len):
+        raise NotImplementedError
+
+    assert check(GREEDY, stub, quiet=True).status == "not attempted"
+
+
+def test_greedy_loop_mistakes_are_named():
+    assert_caught(GREEDY, greedy(feed_back=False), checker.G_NO_FEEDBACK)
+    assert_caught(GREEDY, greedy(position=0), checker.G_FIRST_POSITION)
+    assert_caught(GREEDY, greedy(keep_start=True), checker.G_WITH_START)
+    assert_caught(GREEDY, greedy(keep_end=False), checker.G_NO_END)
+    assert_caught(GREEDY, greedy(as_float=True), checker.G_NOT_IDS)
+
+
+def test_greedy_stopping_mistakes_are_named():
+    assert_caught(GREEDY, greedy(pad_finished=False), checker.G_NO_PADDING)
+    assert_caught(GREEDY, greedy(stop="any"), checker.G_STOP_AT_FIRST)
+    assert_caught(GREEDY, greedy(stop="never"), checker.G_NO_EARLY_STOP)
+    assert_caught(GREEDY, greedy(honour_max_len=False), checker.G_MAX_LEN)
+
+
+def test_running_the_encoder_in_the_loop_is_named():
+    assert_caught(GREEDY, greedy(encode_again=True), "called model.encode")
+    assert_caught(GREEDY, greedy(call_model=True), "called model(...) itself")
+
+
+def test_greedy_result_is_what_translate_uses():
+    # the reference loop, run on a real translator, gives what greedy_decode returns
+    torch.manual_seed(0)
+    model = Translator(d_model=16).eval()
+    (source, _), _ = encode_batch(["the blue car", "a dog and the red house"])
+    with torch.no_grad():
+        encoder_output, mask = model.encode(source)
+        looped = learner_loop(model, encoder_output, mask, 7)
+    assert torch.equal(looped, greedy_decode(model, source, max_len=7))

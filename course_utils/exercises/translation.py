@@ -1,4 +1,4 @@
-"""Lesson 05c's exercise: the decoder's cross-attention call.
+"""Lesson 05c's exercises: the decoder's cross-attention call, and greedy decoding.
 
 ``cross_attention``: the candidate is ``fn(mha, decoder_states, encoder_output, source_padding_mask)
 -> Tensor [B, L_tgt, d_model]``: the queries come from the decoder, the keys and values from the
@@ -11,14 +11,23 @@ size, so every wrong wiring still runs and its output can be recomputed and name
 padding mask passed as ``mask=`` is then silently misread as [L_tgt, L_src]); then cases where
 the lengths differ (L_tgt != L_src), where a swap changes the output's shape or makes
 ``MultiHeadAttention`` refuse the call, which is named too.
+
+``decode_greedily``: the candidate is ``fn(model, encoder_output, source_padding_mask, max_len)
+-> [B, steps]`` French ids: the loop of greedy decoding over ``model.decode``. The checker runs it
+on a scripted stand-in for a trained translator, whose next word is a fixed function of the
+word fed in, its position and the sentence, and whose sentences end after different numbers of
+words; so feeding back, reading the last position, padding finished rows, stopping and
+``max_len`` each change the output in their own way. Then on a real (untrained) ``Translator``.
 """
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from course_utils.attention import MultiHeadAttention
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator
-from course_utils.translation import cross_attention
+from course_utils.translation import TARGET_VOCAB, Translator, Vocabulary, cross_attention, decode_greedily
 
 D_MODEL, NUM_HEADS = 8, 2
 
@@ -193,3 +202,189 @@ def check_cross_attention(candidate):
             )
         with torch.no_grad():
             diagnose(got, expected, known_mistakes=_mask_variants(mha, dec, enc, real), context=context)
+
+
+# ----------------------------------------------------------------------------------------------
+# decode_greedily
+
+START, END, PAD = TARGET_VOCAB.index[Vocabulary.BOS], TARGET_VOCAB.index[Vocabulary.EOS], TARGET_VOCAB.pad_id
+
+G_NO_FEEDBACK = "you fed the decoder only the last word"
+G_FIRST_POSITION = "you read the scores of the first position"
+G_WITH_START = "your output starts with the <s> token"
+G_NO_PADDING = "a finished row kept writing words"
+G_STOP_AT_FIRST = "you stopped when the first row finished"
+G_NO_EARLY_STOP = "you always ran max_len steps"
+G_MAX_LEN = "you ignored max_len"
+G_NO_END = "the </s> tokens are missing"
+G_NOT_IDS = "the output should hold integer word ids"
+
+
+class _ScriptedTranslator(nn.Module):
+    """Stands in for a trained Translator in the checker.
+
+    Its next word after reading word w at position i of sentence b is (7 w + 3 f_b + 5 i) mod 29 + 3, where
+    f_b is encoder_output[b, 0, 0]; at position n_b (the number of real source words) it writes </s>.
+    So the output changes with every slip in the loop, and the rows finish after different numbers of words.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros(1))  # so next(model.parameters()) gives a device
+
+    def decode(self, target_in, encoder_output, source_padding_mask):
+        if target_in.dtype != torch.long:
+            raise TypeError(f"target_in must hold integer (long) word ids, got {target_in.dtype}")
+        positions = torch.arange(target_in.shape[1], device=target_in.device)
+        first = encoder_output[:, 0, 0].round().long()[:, None]
+        words = (7 * target_in + 3 * first + 5 * positions) % (len(TARGET_VOCAB) - 3) + 3
+        ends = source_padding_mask.sum(dim=-1, keepdim=True) == positions
+        return 4.0 * F.one_hot(words.masked_fill(ends, END), len(TARGET_VOCAB)).float()
+
+    def encode(self, source):
+        raise Mistake(
+            "your loop called model.encode: the encoder's output is given (encoder_output, source_padding_mask); "
+            "the encoder runs once, before the loop"
+        )
+
+    def forward(self, batch):
+        raise Mistake(
+            "your loop called model(...) itself, which runs the encoder again at every step: call "
+            "model.decode(written, encoder_output, source_padding_mask) instead"
+        )
+
+
+def _scripted_case(lengths, seed):
+    g = generator(seed)
+    encoder_output = torch.randn(len(lengths), max(lengths), 4, generator=g)
+    encoder_output[:, 0, 0] = torch.randint(0, 29, (len(lengths),), generator=g).float()
+    source_padding_mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+    return encoder_output, source_padding_mask
+
+
+def _loop(model, encoder_output, mask, max_len, feedback=True, position=-1, pad_finished=True, stop="all"):
+    """Greedy decoding with switches for the usual slips (the reference is all defaults)."""
+    batch = encoder_output.shape[0]
+    written = torch.full((batch, 1), START, dtype=torch.long)
+    done = torch.zeros(batch, dtype=torch.bool)
+    steps = 0
+    while steps < max_len or stop == "never_at_max_len":
+        fed = written if feedback else written[:, -1:]
+        next_word = model.decode(fed, encoder_output, mask)[:, position].argmax(dim=-1)
+        if pad_finished:
+            next_word = next_word.masked_fill(done, PAD)
+        written = torch.cat([written, next_word[:, None]], dim=1)
+        done = done | (next_word == END)
+        steps += 1
+        if (stop in ("all", "never_at_max_len") and done.all()) or (stop == "first" and done.any()):
+            break
+        if steps > 4 * max_len + 20:
+            break  # a variant that never stops: long enough to differ from the reference
+    return written[:, 1:]
+
+
+def _decode_mistakes(model, encoder_output, mask, max_len, expected):
+    with_start = torch.cat([torch.full((expected.shape[0], 1), START), expected], dim=1)
+    always_max = F.pad(expected, (0, max_len - expected.shape[1]), value=PAD)
+    return [
+        (
+            f"{G_NO_FEEDBACK}: the decoder must read everything written so far, <s> and every word since, "
+            f"`model.decode(written, ...)` with the whole [B, words so far] tensor (it is trained that way, with "
+            f"teacher forcing); then append the new word: written = torch.cat([written, next_word[:, None]], dim=1).",
+            _loop(model, encoder_output, mask, max_len, feedback=False),
+        ),
+        (
+            f"{G_FIRST_POSITION} (scores[:, 0]): the decoder gives a prediction at every position, and the "
+            f"prediction for the next word is at the last one, scores[:, -1].",
+            _loop(model, encoder_output, mask, max_len, position=0),
+        ),
+        (
+            f"{G_WITH_START}: return the words written after it, written[:, 1:].",
+            with_start,
+        ),
+        (
+            f"{G_NO_PADDING} after its </s>: once a row has written </s>, put padding (0) in it while the other "
+            f"rows finish: next_word.masked_fill(done, 0), with done marking the rows that wrote </s>.",
+            _loop(model, encoder_output, mask, max_len, pad_finished=False),
+        ),
+        (
+            f"{G_STOP_AT_FIRST}: stop only when every row has written </s> (done.all()), not when one has.",
+            _loop(model, encoder_output, mask, max_len, stop="first"),
+        ),
+        (
+            f"{G_NO_EARLY_STOP}: stop as soon as every row has written </s> (if done.all(): break); the "
+            f"output then has as many columns as steps were needed.",
+            always_max,
+        ),
+        (
+            f"{G_MAX_LEN}: write at most max_len words (for _ in range(max_len)), even if some row never writes "
+            f"</s>; a model that never writes it would otherwise loop forever.",
+            _loop(model, encoder_output, mask, max_len, stop="never_at_max_len"),
+        ),
+        (
+            f"{G_NO_END}: keep each row's </s> in the output; it is how the caller knows where the translation ends.",
+            expected.masked_fill(expected == END, PAD),
+        ),
+    ]
+
+
+def _check_ids(got, what):
+    expect_tensor(got, what=what)
+    if got.is_floating_point() or got.dtype == torch.bool:
+        raise Mistake(f"{G_NOT_IDS} (torch.long), but it is {got.dtype} ({what}): argmax gives long ids, keep them.")
+
+
+def _same_ids(got, wrong):
+    return got.shape == wrong.shape and torch.equal(got.cpu().long(), wrong.cpu())
+
+
+@exercise(
+    "decode_greedily",
+    solution=decode_greedily,
+    hints=[
+        "Start every row with <s>: written = torch.full((B, 1), start_id, dtype=torch.long). Then loop at most "
+        "max_len times: scores = model.decode(written, encoder_output, source_padding_mask), take the most likely "
+        "next word, and append it to written.",
+        "The next word is at the last position: scores[:, -1].argmax(dim=-1). Keep a boolean `done` per row; "
+        "a finished row gets padding (next_word.masked_fill(done, pad_id)), and done = done | (next_word == end_id).",
+        "Break as soon as done.all(); return written[:, 1:] (everything after <s>). The ids are "
+        "TARGET_VOCAB.index['<s>'], TARGET_VOCAB.index['</s>'] and TARGET_VOCAB.pad_id.",
+    ],
+)
+def check_decode_greedily(candidate):
+    model = _ScriptedTranslator().eval()
+    for lengths, max_len, seed in [([3, 5, 2, 4], 12, 51), ([6, 2, 4], 4, 52)]:
+        encoder_output, mask = _scripted_case(lengths, seed)
+        context = (
+            f"a scripted translator whose {len(lengths)} sentences end after {[n + 1 for n in lengths]} words "
+            f"(</s> included), max_len={max_len}"
+        )
+        with torch.no_grad():
+            got = call(candidate, model, encoder_output, mask, max_len)
+            expected = decode_greedily(model, encoder_output, mask, max_len)
+        _check_ids(got, f"output ({context})")
+        expect_plain(got, encoder_output.device, f"output ({context})")
+        if _same_ids(got, expected):
+            continue
+        for message, wrong in _decode_mistakes(model, encoder_output, mask, max_len, expected):
+            if _same_ids(got, wrong):
+                raise Mistake(f"{message} ({context})")
+        raise Mistake(
+            f"your output is not the greedy translation ({context}).\nexpected: {expected.tolist()}\n"
+            f"got:      {got.tolist()}"
+        )
+    # a real (untrained) translator: the same loop must work on it
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(53)
+        translator = Translator(d_model=16, num_heads=2).eval()
+    source = torch.tensor([[5, 3, 9, 0, 0], [1, 8, 7, 20, 12]])
+    with torch.no_grad():
+        encoder_output, mask = translator.encode(source)
+        got = call(candidate, translator, encoder_output, mask, 6)
+        expected = decode_greedily(translator, encoder_output, mask, 6)
+    _check_ids(got, "output on an untrained Translator")
+    if not _same_ids(got, expected):
+        raise Mistake(
+            f"on an untrained Translator (2 sentences, max_len=6) your output differs from greedy decoding."
+            f"\nexpected: {expected.tolist()}\ngot:      {got.tolist()}"
+        )
