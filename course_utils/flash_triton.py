@@ -36,6 +36,7 @@ kernels are still defined (as plain functions, never run), and running one raise
 an error that says so.
 """
 
+import contextlib
 import math
 import os
 import sys
@@ -191,6 +192,21 @@ def _require_triton():
         raise RuntimeError(TRITON_MISSING)
 
 
+@contextlib.contextmanager
+def _helpers_interpreted():
+    """Where triton was imported for the compiler (a GPU machine), its own @triton.jit helpers (tl.max,
+    tl.sum, ...) raise when called outside a compiled kernel: let an interpreted kernel run them interpreted."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.__call__
+    JITFunction.__call__ = lambda self, *args, **kwargs: InterpretedFunction(self.fn)(*args, **kwargs)
+    try:
+        yield
+    finally:
+        JITFunction.__call__ = original
+
+
 def interpreted(kernel):
     """The kernel as Triton's interpreter runs it (on the CPU), whether or not it was compiled for a GPU."""
     _require_triton()
@@ -289,10 +305,11 @@ def run_forward_kernel(kernel, q, k, v, causal=False, block_m=16, block_n=16, **
     lse = torch.empty(q3.shape[0], L_q, dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(L_q, block_m), q3.shape[0])  # (query blocks, batch * heads)
     options = {} if _is_interpreted(kernel) else launch_options
-    kernel[grid](
-        q3, k3, v3, out, lse, L_q, L_k, 1.0 / math.sqrt(d),
-        CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=D, D_V=D_V, **options,
-    )  # fmt: skip
+    with _helpers_interpreted() if _is_interpreted(kernel) and not INTERPRETED else contextlib.nullcontext():
+        kernel[grid](
+            q3, k3, v3, out, lse, L_q, L_k, 1.0 / math.sqrt(d),
+            CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=D, D_V=D_V, **options,
+        )  # fmt: skip
     return out[..., :d_v].reshape(*batch, L_q, d_v), lse.reshape(*batch, L_q)
 
 
