@@ -35,6 +35,7 @@ __all__ = [
     "TinyCNN",
     "accuracy",
     "attention_on_shape",
+    "attention_rollout",
     "replace_patches",
     "show_patches",
     "show_cls_attention",
@@ -247,6 +248,27 @@ def attention_on_shape(cls_attention, masks, patch_size):
     weights = cls_attention.flatten(2).cpu()  # [B, heads, N]
     share = (weights * on_shape[:, None]).sum(-1) / weights.sum(-1)
     return share, on_shape.float().mean(-1)
+
+
+def attention_rollout(attentions):
+    """[layers, B, heads, S, S] -> [B, S, S]: how much each token's final state draws on each input token.
+
+    Attention rollout (Abnar & Zuidema 2020): average the heads of each layer, add the residual
+    connection as an identity (0.5 A + 0.5 I, rows still sum to 1), and multiply the layers, first
+    layer on the right. A heuristic: it ignores the values, the feed-forward networks and the norms.
+    """
+    if (
+        not isinstance(attentions, torch.Tensor)
+        or attentions.dim() != 5
+        or attentions.shape[-1] != attentions.shape[-2]
+    ):
+        shape = tuple(attentions.shape) if isinstance(attentions, torch.Tensor) else type(attentions).__name__
+        raise ValueError(f"attentions must be [layers, batch, heads, S, S] (TinyViT.attentions()), got {shape}")
+    identity = torch.eye(attentions.shape[-1], device=attentions.device)
+    rollout = identity.expand(attentions.shape[1], -1, -1)
+    for layer in attentions.mean(dim=2):  # [B, S, S], heads averaged
+        rollout = (0.5 * layer + 0.5 * identity) @ rollout
+    return rollout
 
 
 def replace_patches(images, which, patch_size, generator, noise=0.1):

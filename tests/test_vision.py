@@ -272,6 +272,20 @@ def test_attention_on_shape_by_hand():
     assert even.tolist() == [0.5]
 
 
+def test_attention_rollout_by_hand():
+    # one layer: rollout = 0.5 A + 0.5 I, heads averaged
+    a = torch.softmax(torch.randn(1, 2, 3, 4, 4, generator=g()), dim=-1)
+    assert torch.allclose(vision.attention_rollout(a), 0.5 * a[0].mean(1) + 0.5 * torch.eye(4))
+    # two layers: the second layer's mixing applied after the first's, rows still summing to 1
+    b = torch.softmax(torch.randn(2, 3, 2, 5, 5, generator=g(1)), dim=-1)
+    first, second = (0.5 * b[i].mean(1) + 0.5 * torch.eye(5) for i in range(2))
+    rollout = vision.attention_rollout(b)
+    assert torch.allclose(rollout, second @ first, atol=1e-6)
+    assert torch.allclose(rollout.sum(-1), torch.ones(3, 5), atol=1e-6)
+    with pytest.raises(ValueError, match="layers, batch, heads"):
+        vision.attention_rollout(b[0])
+
+
 def test_replace_patches_replaces_only_the_marked_patches():
     images = torch.full((2, 1, 8, 8), 5.0)
     which = torch.tensor([[False, True, False, False], [True, False, False, True]])  # patch 1 = top right

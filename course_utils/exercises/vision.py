@@ -46,8 +46,9 @@ def _mistakes(images, p):
     b, c, h, w = images.shape
     mistakes = [
         (
-            f"{P_STRIPS}: a reshape straight from [B, C, H, W] to [B, num_patches, C*p*p] cuts the pixels in "
-            f"reading order, so each 'patch' is {p * p} pixels of one or a few image rows. Split both axes first, "
+            f"{P_STRIPS}: a reshape never moves a number, so reshaping [B, C, H, W] to [B, num_patches, C*p*p] cuts "
+            f"the image in memory order: each 'patch' is {c * p * p} consecutive numbers, a strip of whole image "
+            f"rows. Split both axes first, "
             f"reshape(B, C, H//p, p, W//p, p), then permute the two 'which patch' axes to the front: "
             f"permute(0, 2, 4, 1, 3, 5), and only then reshape to [B, num_patches, C*p*p].",
             images.reshape(b, (h // p) * (w // p), c * p * p),
