@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not flash_triton.TRITON_AVAILABLE, reason="Trito
 SOURCE = textwrap.dedent(inspect.getsource(flash_triton.flash_forward_kernel.fn))  # @triton.jit def ...
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
 
-# name: ((line of the course kernel, its wrong version), phrase the checker must name)
+# name: ((line of the course kernel, its wrong version) or several such pairs, phrase the checker must name)
 MISTAKES = {
     "acc not rescaled": (("acc = acc * alpha[:, None] + ", "acc = acc + "), ex.NO_RESCALE_ACC),
     "l_i not rescaled": (("l_i = l_i * alpha + ", "l_i = l_i + "), ex.NO_RESCALE_L),
@@ -41,6 +41,10 @@ MISTAKES = {
         ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log(l_i)"),
         ex.LSE_MIXED,
     ),
+    "natural units, log2 epilogue": (
+        (("tl.dot(q, k_t) * qk_scale", "tl.dot(q, k_t) * scale"), ("tl.exp2(", "tl.exp(")),
+        ex.LSE_NATURAL_LOOP,
+    ),
     "sum over an axis p lacks": (("tl.sum(p, 1)", "tl.sum(p, 2)"), "your code raised"),
 }
 
@@ -55,15 +59,19 @@ def kernel_from_source(source, tmp_path, name="learner_kernel"):
     return module.flash_forward_kernel
 
 
-def planted(old, new, tmp_path):
-    assert old in SOURCE, f"the course kernel no longer has the line {old!r}: update this test"
-    return kernel_from_source(SOURCE.replace(old, new), tmp_path)
+def planted(changes, tmp_path):
+    """The course kernel with (old, new) text replaced: one pair, or a tuple of pairs."""
+    source = SOURCE
+    for old, new in [changes] if isinstance(changes[0], str) else changes:
+        assert old in source, f"the course kernel no longer has the line {old!r}: update this test"
+        source = source.replace(old, new)
+    return kernel_from_source(source, tmp_path)
 
 
 @pytest.mark.parametrize("name", MISTAKES)
 def test_planted_mistake_is_named(name, tmp_path):
-    (old, new), phrase = MISTAKES[name]
-    assert_caught("flash_forward_kernel", planted(old, new, tmp_path), phrase)
+    changes, phrase = MISTAKES[name]
+    assert_caught("flash_forward_kernel", planted(changes, tmp_path), phrase)
 
 
 def test_mistake_phrases_are_distinct():
@@ -78,8 +86,14 @@ def test_course_kernel_passes():
     assert_passes("flash_forward_kernel", solution("flash_forward_kernel"))
 
 
-def test_kernel_from_a_file_passes(tmp_path):
-    assert_passes("flash_forward_kernel", kernel_from_source(SOURCE, tmp_path))
+def test_natural_units_throughout_pass(tmp_path):
+    """A correct alternative: tl.exp of naturally scaled scores, and the logsumexp m_i + log(l_i)."""
+    changes = (
+        ("tl.dot(q, k_t) * qk_scale", "tl.dot(q, k_t) * scale"),
+        ("tl.exp2(", "tl.exp("),
+        ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log(l_i)"),
+    )
+    assert_passes("flash_forward_kernel", planted(changes, tmp_path))
 
 
 def test_stub_is_not_attempted(tmp_path):

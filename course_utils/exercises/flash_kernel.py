@@ -46,6 +46,7 @@ OVERFLOW = "exp2 overflowed"
 LSE_M_ONLY = "the logsumexp is only the running max"
 LSE_LOG2 = "the logsumexp is in log2 units"
 LSE_MIXED = "m_i is in log2 units but you added a natural log"
+LSE_NATURAL_LOOP = "your loop works in natural units"
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -208,8 +209,8 @@ def _lse_mistakes(case):
     description, q, k, v, causal, block_m, block_n = case
     where = f"({description})"
 
-    def lse(form):
-        return _variant(q, k, v, causal, block_m, block_n, lse=form)[1]
+    def lse(form, **units):
+        return _variant(q, k, v, causal, block_m, block_n, lse=form, **units)[1]
 
     tip = "the logsumexp is m_i + log2(l_i) in log2 units; times ln(2) it is the natural log"
     return [
@@ -217,6 +218,11 @@ def _lse_mistakes(case):
         (f"{LSE_M_ONLY} (in log2 units): {tip} {where}", lse("m only, log2")),
         (f"{LSE_LOG2} (m_i + log2(l_i)): multiply by ln(2) = 0.6931... for the natural log {where}", lse("log2")),
         (f"{LSE_MIXED} (m_i + log(l_i)): (m_i + tl.log2(l_i)) * ln(2) {where}", lse("mixed")),
+        (
+            f"{LSE_NATURAL_LOOP} (scores times scale, tl.exp), so the output is right, but the lines after the "
+            f"loop read m_i in log2 units: use qk_scale and tl.exp2 in the loop (or lse = m_i + tl.log(l_i)) {where}",
+            lse("natural", exp=torch.exp, score_factor=1.0),
+        ),
     ]
 
 
