@@ -225,6 +225,18 @@ def test_cnn_shapes_and_translation():
     assert torch.allclose(cnn(image), cnn(moved), atol=1e-6)
 
 
+def test_vit_patch_embedding_is_shared_but_not_shift_invariant_within_a_patch():
+    torch.manual_seed(0)
+    model = TinyViT(d_model=16).eval()
+    image = torch.zeros(1, 1, 16, 16)
+    image[0, 0, 1:4, 1] = 1.0  # a bar in patch 0
+    by_a_patch = torch.roll(image, shifts=4, dims=3)  # the same bar in patch 1
+    by_a_pixel = torch.roll(image, shifts=1, dims=3)  # still in patch 0, one pixel to the right
+    embed = model.patch_embedding
+    assert torch.equal(embed(patchify(image, 4))[0, 0], embed(patchify(by_a_patch, 4))[0, 1])
+    assert not torch.allclose(embed(patchify(image, 4))[0, 0], embed(patchify(by_a_pixel, 4))[0, 0])
+
+
 def test_vit_refuses_images_of_the_wrong_shape():
     model = TinyViT()
     with pytest.raises(ValueError, match=r"\[batch, 1, 16, 16\]"):
