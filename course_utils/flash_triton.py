@@ -264,6 +264,11 @@ def _check_inputs(kernel, q, k, v):
         raise ValueError(f"k and v must have the same L_k, got k {tuple(k.shape)} and v {tuple(v.shape)}")
     if _is_interpreted(kernel):
         return
+    if not torch.cuda.is_available():
+        raise ValueError(
+            "this kernel was made for Triton's compiler, but this machine has no CUDA GPU: import "
+            "course_utils.flash_triton before triton (it switches on the interpreter), or use interpreted(kernel)"
+        )
     if q.device.type != "cuda":
         raise ValueError(
             f"this kernel is compiled for the GPU (CUDA is available), so q, k and v must be CUDA tensors, "

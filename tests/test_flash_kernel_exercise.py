@@ -15,9 +15,11 @@ from course_utils.exercises import check, show_solution, solution
 from course_utils.exercises import flash_kernel as ex
 from tests.exercise_asserts import assert_caught, assert_passes
 
-pytestmark = pytest.mark.skipif(not flash_triton.TRITON_AVAILABLE, reason="Triton is not installed")
+needs_triton = pytest.mark.skipif(not flash_triton.TRITON_AVAILABLE, reason="Triton is not installed")
 
-SOURCE = textwrap.dedent(inspect.getsource(flash_triton.flash_forward_kernel.fn))  # @triton.jit def ...
+SOURCE = textwrap.dedent(
+    inspect.getsource(getattr(flash_triton.flash_forward_kernel, "fn", flash_triton.flash_forward_kernel))
+)  # @triton.jit def ...
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
 
 # name: ((line of the course kernel, its wrong version) or several such pairs, phrase the checker must name)
@@ -68,6 +70,7 @@ def planted(changes, tmp_path):
     return kernel_from_source(source, tmp_path)
 
 
+@needs_triton
 @pytest.mark.parametrize("name", MISTAKES)
 def test_planted_mistake_is_named(name, tmp_path):
     changes, phrase = MISTAKES[name]
@@ -82,10 +85,12 @@ def test_mistake_phrases_are_distinct():
             assert a not in b and b not in a, (a, b)
 
 
+@needs_triton
 def test_course_kernel_passes():
     assert_passes("flash_forward_kernel", solution("flash_forward_kernel"))
 
 
+@needs_triton
 def test_natural_units_throughout_pass(tmp_path):
     """A correct alternative: tl.exp of naturally scaled scores, and the logsumexp m_i + log(l_i)."""
     changes = (
@@ -96,6 +101,7 @@ def test_natural_units_throughout_pass(tmp_path):
     assert_passes("flash_forward_kernel", planted(changes, tmp_path))
 
 
+@needs_triton
 def test_stub_is_not_attempted(tmp_path):
     loop = SOURCE.index("        keys = start_n")
     end = SOURCE.index("    # 5.")
@@ -103,12 +109,19 @@ def test_stub_is_not_attempted(tmp_path):
     assert check("flash_forward_kernel", kernel_from_source(stub, tmp_path), quiet=True).status == "not attempted"
 
 
+@needs_triton
 def test_plain_function_is_named(tmp_path):
     kernel = kernel_from_source(SOURCE, tmp_path)
     assert_caught("flash_forward_kernel", kernel.fn, ex.NOT_A_KERNEL)
     assert_caught("flash_forward_kernel", "flash_forward_kernel", ex.NOT_A_KERNEL)
 
 
+def test_without_triton_the_check_says_so(monkeypatch):
+    monkeypatch.setattr(flash_triton, "TRITON_AVAILABLE", False)
+    assert_caught("flash_forward_kernel", flash_triton.flash_forward_kernel, ex.NO_TRITON)
+
+
+@needs_triton
 def test_shown_solution_runs_when_pasted(capsys):
     show_solution("flash_forward_kernel")
     shown = capsys.readouterr().out

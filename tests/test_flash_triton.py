@@ -23,7 +23,7 @@ from course_utils.flash_triton import (
 needs_triton = pytest.mark.skipif(not flash_triton.TRITON_AVAILABLE, reason="Triton is not installed")
 needs_cuda = pytest.mark.skipif(
     not (torch.cuda.is_available() and flash_triton.TRITON_AVAILABLE and not flash_triton.INTERPRETED),
-    reason="the compiled kernel needs a CUDA GPU (this machine runs kernels under the interpreter)",
+    reason="the compiled kernel needs a CUDA GPU and Triton (here kernels run interpreted, or not at all)",
 )
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,8 @@ def reference(q, k, v, causal):
 
 def test_no_gpu_means_interpreter():
     if not torch.cuda.is_available():
-        assert os.environ["TRITON_INTERPRET"] == "1" and flash_triton.INTERPRETED
+        assert os.environ["TRITON_INTERPRET"] == "1"
+        assert flash_triton.INTERPRETED == flash_triton.TRITON_AVAILABLE
 
 
 def run_script(script, **env_changes):
@@ -227,10 +228,14 @@ def test_bfloat16_is_refused_by_the_interpreter():
 
 
 @needs_triton
-def test_cpu_tensors_for_a_compiled_kernel_are_named():
+def test_cpu_tensors_for_a_compiled_kernel_are_named(monkeypatch):
     from triton.runtime.jit import JITFunction
 
     compiled = JITFunction(flash_triton.flash_forward_kernel.fn)  # what @triton.jit makes on a GPU machine
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="made for Triton's compiler, but this machine has no CUDA GPU"):
+            run_forward_kernel(compiled, *qkv((1,), 8, 8, 16, 16))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
     with pytest.raises(ValueError, match="compiled for the GPU.*must be CUDA tensors"):
         run_forward_kernel(compiled, *qkv((1,), 8, 8, 16, 16))
 
