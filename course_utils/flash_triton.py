@@ -177,11 +177,13 @@ def flash_forward_kernel(
     tl.store(LSE + bh * L_q + rows, lse, mask=rows < L_q)
 
 
+def _readable(kernel):
+    """inspect (and so show_solution) expects a function: point it at the kernel's Python code."""
+    kernel.__wrapped__, kernel.__module__, kernel.__qualname__ = kernel.fn, kernel.fn.__module__, kernel.fn.__qualname__
+
+
 if TRITON_AVAILABLE:
-    # inspect (and so show_solution) looks for a function: point it at the kernel's Python code.
-    fn = flash_forward_kernel.fn
-    flash_forward_kernel.__wrapped__, flash_forward_kernel.__module__ = fn, fn.__module__
-    flash_forward_kernel.__qualname__ = fn.__qualname__
+    _readable(flash_forward_kernel)
 
 
 # --------------------------------------------------------------------------- launching
