@@ -299,7 +299,8 @@ def _grid_lines(ax, size, patch_size, colour="white"):
 def show_patches(image, patch_size, max_patches=32):
     """The patch operation in three pictures: the image, the image cut into a grid, the patches as a sequence.
 
-    image: [C, H, W] (one image; grey if C == 1, shown as its first channel otherwise).
+    image: [C, H, W] (one image; grey if C == 1, shown as its first channel otherwise). The sequence
+    shows the first ``max_patches`` patches in the order ``patchify`` gives them, 16 to a row.
     """
     import matplotlib.pyplot as plt
 
@@ -309,33 +310,31 @@ def show_patches(image, patch_size, max_patches=32):
     c, h, w = image.shape
     rows, cols = patch_grid(h, w, patch_size)
     patches = patchify(image[None], patch_size)[0].reshape(-1, c, patch_size, patch_size)[:max_patches, 0]
+    per_row = min(len(patches), 16)
+    strip_rows = -(-len(patches) // per_row)
     lo, hi = image.min().item(), image.max().item()
-    fig = plt.figure(figsize=(11, 3.6))
-    left, middle = fig.add_subplot(2, 3, (1, 4)), fig.add_subplot(2, 3, (2, 5))
-    left.imshow(image[0], cmap="gray", vmin=lo, vmax=hi)
+    fig = plt.figure(figsize=(10, 4.2 + 0.8 * strip_rows))
+    layout = fig.add_gridspec(1 + strip_rows, per_row, height_ratios=[6] + [1] * strip_rows)
+    left, middle = fig.add_subplot(layout[0, : per_row // 2]), fig.add_subplot(layout[0, per_row // 2 :])
+    for ax in (left, middle):
+        ax.imshow(image[0], cmap="gray", vmin=lo, vmax=hi)
+        ax.set_xticks([])
+        ax.set_yticks([])
     left.set_title(f"the image, {h}x{w} pixels")
-    middle.imshow(image[0], cmap="gray", vmin=lo, vmax=hi)
     _grid_lines(middle, h, patch_size, colour="#e69f00")
     for index in range(rows * cols):  # number the patches in the order patchify puts them
         r, q = divmod(index, cols)
         middle.text(q * patch_size, r * patch_size, str(index), color="#e69f00", fontsize=8, va="top")
     middle.set_title(f"cut into {rows}x{cols} patches of {patch_size}x{patch_size}")
-    for ax in (left, middle):
+    for index, patch in enumerate(patches):
+        ax = fig.add_subplot(layout[1 + index // per_row, index % per_row])
+        ax.imshow(patch, cmap="gray", vmin=lo, vmax=hi)
         ax.set_xticks([])
         ax.set_yticks([])
-    n = len(patches)
-    strip = fig.add_subplot(2, 3, (3, 6))
-    strip.axis("off")
-    strip.set_title(f"a sequence of {rows * cols} tokens")
-    per_row = min(n, 8)
-    for index in range(n):
-        r, q = divmod(index, per_row)
-        inset = strip.inset_axes([q / per_row, 1 - (r + 1) / ((n + per_row - 1) // per_row), 0.9 / per_row, 0.7 / 2])
-        inset.imshow(patches[index], cmap="gray", vmin=lo, vmax=hi)
-        inset.set_xticks([])
-        inset.set_yticks([])
-        inset.set_xlabel(str(index), fontsize=7, labelpad=1)
-    fig.tight_layout()
+        ax.set_xlabel(str(index), fontsize=8, labelpad=2)
+    fig.text(
+        0.5, 0.02, f"the patches as a sequence of {rows * cols} tokens, in patchify's order", ha="center", fontsize=11
+    )
     return fig
 
 
