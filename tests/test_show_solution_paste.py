@@ -6,6 +6,7 @@ as a learner's kernel would, and the object under the stub's name is checked.
 """
 
 import ast
+import linecache
 
 import nbformat
 import pytest
@@ -42,7 +43,10 @@ def test_pasted_solution_passes_its_check(cell, before, capsys):
 
     namespace = {}
     exec(_imports(before), namespace)
-    exec(shown, namespace)
+    # as IPython does for a cell: the source stays readable (a compiled Triton kernel needs it)
+    filename = f"<show_solution {exercise_id}>"
+    linecache.cache[filename] = (len(shown), None, shown.splitlines(keepends=True), filename)
+    exec(compile(shown, filename, "exec"), namespace)
 
     name = stub_name(cell)
     assert name in namespace, f"the shown solution does not define {name!r}, the name the exercise cell defines"
