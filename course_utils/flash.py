@@ -32,6 +32,7 @@ from course_utils.efficient import NEG_INF, _cpu_peak_memory, _device_of, _safe_
 __all__ = [
     "flash_attention_forward",
     "flash_attention_backward",
+    "block_backward",
     "flash_attention",
     "FlashAttention",
     "causal_block_map",
@@ -171,6 +172,30 @@ def flash_attention_forward(q, k, v, causal=False, block_size=64, skip_masked_bl
 # ---------------------------------------------------------------- backward
 
 
+def block_backward(q_i, k_j, v_j, do_i, lse_i, d_i, scale, q_start=0, k_start=0, causal=False):
+    """What one (query block i, key block j) pair adds to dQ_i, dK_j and dV_j (lesson 09's exercise).
+
+    q_i [..., B_q, d], k_j [..., B_k, d], v_j [..., B_k, d_v], do_i [..., B_q, d_v];
+    lse_i [..., B_q]: each query's natural-log logsumexp over ALL keys (saved by the forward);
+    d_i [..., B_q]: D = rowsum(dO * O); scale: the factor of the scores, 1/sqrt(d).
+    q_start, k_start, causal: where the blocks sit, for the causal mask (the exercise leaves them out).
+    """
+    if lse_i.shape != q_i.shape[:-1] or d_i.shape != q_i.shape[:-1]:  # else they would broadcast silently
+        raise ValueError(
+            f"lse_i and d_i must have shape {tuple(q_i.shape[:-1])}, one number per query of q_i, "
+            f"got {tuple(lse_i.shape)} and {tuple(d_i.shape)}"
+        )
+    # S = Q K^T * scale and P = exp(S - L): the forward's probabilities, rebuilt (L covers all keys)
+    s = _causal_scores(q_i @ k_j.transpose(-2, -1) * scale, q_start, k_start, causal)
+    p = torch.exp(s - lse_i[..., None])
+    dv_j = p.transpose(-2, -1) @ do_i  # dV = P^T dO
+    dp = do_i @ v_j.transpose(-2, -1)  # dP = dO V^T
+    ds = p * (dp - d_i[..., None])  # dS = P * (dP - D): the softmax's backward
+    dq_i = ds @ k_j * scale  # dQ = dS K * scale
+    dk_j = ds.transpose(-2, -1) @ q_i * scale  # dK = dS^T Q * scale
+    return dq_i, dk_j, dv_j
+
+
 def flash_attention_backward(
     q, k, v, output, logsumexp, grad_output, causal=False, block_size=64, skip_masked_blocks=True
 ):
@@ -192,9 +217,12 @@ def flash_attention_backward(
     _expect("logsumexp", logsumexp, (*batch_shape, n_q), q.device)
     scale = 1.0 / math.sqrt(q.shape[-1])
     work_dtype = torch.promote_types(q.dtype, torch.float32)
-    # D = rowsum(dO * O) = rowsum(P * dP), one number per query: [..., L_q, 1]
-    D = (grad_output.to(work_dtype) * output.to(work_dtype)).sum(dim=-1, keepdim=True)
-    lse = logsumexp.to(work_dtype).unsqueeze(-1)
+    # D = rowsum(dO * O) = rowsum(P * dP), one number per query: [..., L_q]
+    D = (grad_output.to(work_dtype) * output.to(work_dtype)).sum(dim=-1)
+    lse = logsumexp.to(work_dtype)
+    shapes = q.shape, k.shape, v.shape
+    # broadcast batch dims made explicit (views, no copies): every block then has lse's batch dims
+    q, k, v = (t.expand(*batch_shape, *t.shape[-2:]) for t in (q, k, v))
     dq = torch.zeros((*batch_shape, n_q, q.shape[-1]), dtype=work_dtype, device=q.device)
     dk = torch.zeros((*batch_shape, n_k, k.shape[-1]), dtype=work_dtype, device=q.device)
     dv = torch.zeros((*batch_shape, n_k, v.shape[-1]), dtype=work_dtype, device=q.device)
@@ -208,19 +236,17 @@ def flash_attention_backward(
             q_start, q_end = q_start + first, q_end + first
             q_i = q[..., q_start:q_end, :].to(work_dtype)
             do_i = grad_output[..., q_start:q_end, :].to(work_dtype)
-            # S = Q K^T * scale and P = exp(S - L): the forward's probabilities, rebuilt
-            s = _causal_scores(q_i @ k_j.transpose(-2, -1) * scale, q_start, k_start, causal)
-            p = torch.exp(s - lse[..., q_start:q_end, :])
-            dv_j += p.transpose(-2, -1) @ do_i  # dV = P^T dO
-            dp = do_i @ v_j.transpose(-2, -1)  # dP = dO V^T
-            ds = p * (dp - D[..., q_start:q_end, :])  # dS = P * (dP - D): the softmax's backward
-            dq[..., q_start:q_end, :] += ds @ k_j * scale  # dQ = dS K * scale
-            dk_j += ds.transpose(-2, -1) @ q_i * scale  # dK = dS^T Q * scale
+            dq_i, dk_ij, dv_ij = block_backward(
+                q_i, k_j, v_j, do_i, lse[..., q_start:q_end], D[..., q_start:q_end], scale, q_start, k_start, causal
+            )
+            dq[..., q_start:q_end, :] += dq_i
+            dk_j += dk_ij
+            dv_j += dv_ij
     # inputs whose batch dims were broadcast get the sum over the copies they were expanded to
     return (
-        dq.sum_to_size(q.shape).to(q.dtype),
-        dk.sum_to_size(k.shape).to(k.dtype),
-        dv.sum_to_size(v.shape).to(v.dtype),
+        dq.sum_to_size(shapes[0]).to(q.dtype),
+        dk.sum_to_size(shapes[1]).to(k.dtype),
+        dv.sum_to_size(shapes[2]).to(v.dtype),
     )
 
 

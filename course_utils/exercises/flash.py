@@ -33,6 +33,7 @@ from course_utils.exercises.checking import (
     generator,
 )
 from course_utils.exercises.efficient import _REDUCTIONS, _watch
+from course_utils.flash import block_backward
 
 __all__ = ["running_logsumexp", "block_backward"]
 
@@ -98,28 +99,6 @@ def running_logsumexp(score_blocks):
         running_sum = running_sum * torch.exp(running_max - new_max) + torch.exp(s - new_max[..., None]).sum(dim=-1)
         running_max = new_max
     return running_max + torch.log(running_sum)  # log(sum exp(s)) = m + log(sum exp(s - m)), natural log
-
-
-def block_backward(q_i, k_j, v_j, do_i, lse_i, d_i, scale):
-    """What one (query block i, key block j) pair adds to dQ_i, dK_j and dV_j.
-
-    q_i [..., B_q, d], k_j [..., B_k, d], v_j [..., B_k, d_v], do_i [..., B_q, d_v];
-    lse_i [..., B_q]: each query's natural-log logsumexp over ALL keys (saved by the forward);
-    d_i [..., B_q]: D = rowsum(dO * O); scale: the factor of the scores, 1/sqrt(d).
-    """
-    if lse_i.shape != q_i.shape[:-1] or d_i.shape != q_i.shape[:-1]:  # else they would broadcast silently
-        raise ValueError(
-            f"lse_i and d_i must have shape {tuple(q_i.shape[:-1])}, one number per query of q_i, "
-            f"got {tuple(lse_i.shape)} and {tuple(d_i.shape)}"
-        )
-    s = q_i @ k_j.transpose(-2, -1) * scale  # S_ij [..., B_q, B_k]
-    p = torch.exp(s - lse_i[..., None])  # P_ij: the true softmax weights, since lse covers all keys
-    dv_j = p.transpose(-2, -1) @ do_i  # dV_j = P_ij^T dO_i
-    dp = do_i @ v_j.transpose(-2, -1)  # dP_ij = dO_i V_j^T
-    ds = p * (dp - d_i[..., None])  # dS_ij = P_ij * (dP_ij - D_i), D_i = rowsum(P * dP) over all keys
-    dq_i = ds @ k_j * scale  # dQ_i = dS_ij K_j * scale
-    dk_j = ds.transpose(-2, -1) @ q_i * scale  # dK_j = dS_ij^T Q_i * scale
-    return dq_i, dk_j, dv_j
 
 
 # --------------------------------------------------------------------------- running_logsumexp
