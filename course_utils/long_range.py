@@ -197,7 +197,7 @@ def plot_accuracy_by_distance(distances, curves, title=None):
         ax.plot(distances.tolist(), accuracy.tolist(), marker=marker, label=label)
     ax.axhline(1 / len(BASES), color="grey", linestyle=":", label=f"chance (1/{len(BASES)})")
     ax.set(xlabel="distance to the partner base (positions)", ylabel="held-out accuracy", ylim=(0, 1.05))
-    ax.legend(loc="lower left")
+    ax.legend(loc="center left")  # clear of the chance line and of both curves at short distances
     if title:
         ax.set_title(title)
     return fig
