@@ -277,6 +277,9 @@ def replace_patches(images, which, patch_size, generator, noise=0.1):
     Patches are numbered as ``patchify`` numbers them. An occlusion test: does the answer change
     when a patch's content is gone?
     """
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ValueError(f"images must be a tensor [batch, channels, height, width], got {shape}")
     b, c, h, w = images.shape
     rows, cols = patch_grid(h, w, patch_size)
     if tuple(which.shape) != (b, rows * cols):

@@ -310,6 +310,8 @@ def test_replace_patches_replaces_only_the_marked_patches():
     assert out[changed].abs().max() < 1.0  # background noise, not the old value
     with pytest.raises(ValueError, match=r"\[batch, num_patches\] = \[2, 4\]"):
         vision.replace_patches(images, which[:, :3], 4, g())
+    with pytest.raises(ValueError, match=r"\[batch, channels, height, width\], got \(1, 8, 8\)"):
+        vision.replace_patches(images[0], which, 4, g())
 
 
 def test_figures_draw():
