@@ -307,7 +307,7 @@ def show_patches(image, patch_size, max_patches=32):
     """
     import matplotlib.pyplot as plt
 
-    image = image.detach().cpu()
+    image = image.detach().cpu()  # numpy arrays for matplotlib (it warns on tensors)
     if image.dim() != 3:
         raise ValueError(f"image must be one image [channels, height, width], got {tuple(image.shape)}")
     c, h, w = image.shape
@@ -320,7 +320,7 @@ def show_patches(image, patch_size, max_patches=32):
     layout = fig.add_gridspec(1 + strip_rows, per_row, height_ratios=[6] + [1] * strip_rows)
     left, middle = fig.add_subplot(layout[0, : per_row // 2]), fig.add_subplot(layout[0, per_row // 2 :])
     for ax in (left, middle):
-        ax.imshow(image[0], cmap="gray", vmin=lo, vmax=hi)
+        ax.imshow(image[0].numpy(), cmap="gray", vmin=lo, vmax=hi)
         ax.set_xticks([])
         ax.set_yticks([])
     left.set_title(f"the image, {h}x{w} pixels")
@@ -331,7 +331,7 @@ def show_patches(image, patch_size, max_patches=32):
     middle.set_title(f"cut into {rows}x{cols} patches of {patch_size}x{patch_size}")
     for index, patch in enumerate(patches):
         ax = fig.add_subplot(layout[1 + index // per_row, index % per_row])
-        ax.imshow(patch, cmap="gray", vmin=lo, vmax=hi)
+        ax.imshow(patch.numpy(), cmap="gray", vmin=lo, vmax=hi)
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_xlabel(str(index), fontsize=8, labelpad=2)
@@ -349,7 +349,7 @@ def show_cls_attention(images, cls_attention, titles, patch_size, row_labels=Non
     """
     import matplotlib.pyplot as plt
 
-    images, maps = images.detach().cpu(), cls_attention.detach().cpu()
+    images, maps = images.detach().cpu().numpy(), cls_attention.detach().cpu()
     maps = maps[:, None] if maps.dim() == 3 else maps
     if maps.dim() != 4 or len(maps) != len(images) or len(titles) != len(images):
         raise ValueError(
@@ -368,7 +368,7 @@ def show_cls_attention(images, cls_attention, titles, patch_size, row_labels=Non
             axes[1 + k, i].imshow(images[i, 0], cmap="gray")
             # one square of colour per patch, laid over the pixels it covers
             shown = axes[1 + k, i].imshow(
-                maps[i, k], cmap="viridis", alpha=0.65, vmin=0, vmax=vmax, extent=(-0.5, w - 0.5, h - 0.5, -0.5)
+                maps[i, k].numpy(), cmap="viridis", alpha=0.65, vmin=0, vmax=vmax, extent=(-0.5, w - 0.5, h - 0.5, -0.5)
             )
             _grid_lines(axes[1 + k, i], h, patch_size)
         for ax in axes[:, i]:
