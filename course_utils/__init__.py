@@ -6,9 +6,16 @@
 - attention:    scaled dot-product attention, masks, multi-head attention (lessons 02-03)
 - viz:          heatmaps, head, model and neuron views (lesson 04)
 - transformer:  the encoder layer and stack (lesson 05); toy_task: its tiny training task
+- training:     the training loop every trained model of the course uses (lessons 05-05d)
+- long_range:   DNA hairpins, a GRU against attention, accuracy by distance (lesson 05b)
+- translation:  English->French phrases and an encoder-decoder with cross-attention (lesson 05c)
+- vision:       images as patches, a tiny Vision Transformer and a small CNN (lesson 05d)
 - pretrained:   MiniLM loaded into the course's own encoder (lesson 06); head_scores: head patterns
+- ablation:     removing heads and measuring what changes (lesson 06b)
 - efficient:    online softmax, tiled attention, KV cache, measuring helpers (lesson 07)
 - modern:       grouped-query attention, RoPE, sliding windows, masks as functions (lesson 08)
+- flash:        FlashAttention forward and backward, its autograd.Function, causal block skipping (lesson 09)
+- flash_triton: the same in Triton kernels, compiled on a GPU or run by the interpreter on a CPU (lesson 09)
 - exercises:    ``check``, ``hint``, ``show_solution``
 - data:         where the lessons' small data files live
 - progress, grade, doctor, bootstrap: `make progress`, `make grade`, `make doctor`, `make install`'s checks

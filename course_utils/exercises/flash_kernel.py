@@ -251,7 +251,9 @@ def _run(kernel, case):
 
 def _as_kernel(candidate):
     if not flash_triton.TRITON_AVAILABLE:
-        raise Mistake(f"{NO_TRITON}: {flash_triton.TRITON_MISSING}")
+        raise Mistake(
+            f"this check cannot run on this machine (not a fault in your kernel). {flash_triton.TRITON_MISSING}"
+        )
     if not callable(getattr(candidate, "__getitem__", None)) or not hasattr(candidate, "fn"):
         raise Mistake(
             f"your {type(candidate).__name__} is {NOT_A_KERNEL}: pass the @triton.jit function itself, "
