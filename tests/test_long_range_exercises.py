@@ -10,6 +10,7 @@ import torch
 from course_utils.exercises import check, solution
 from course_utils.exercises import long_range as ex
 from tests.exercise_asserts import assert_caught, assert_passes
+from tests.test_exercise_unusual_outputs import RIGHT, WRONG
 
 
 def learner_rnn(
@@ -136,27 +137,8 @@ def test_inputs_are_not_changed_in_place():
     assert_caught("recurrent_forward", zero_x, "changed `x` in place")
 
 
-def _strided(t):
-    return torch.stack([t, t], dim=-1)[..., 0]  # the same values, not contiguous
-
-
-UNUSUAL_WRONG = {  # conversion of both outputs -> a phrase the message must hold
-    "int64": (lambda t: t.long(), "dtype"),
-    "float16": (lambda t: t.half(), "dtype"),
-    "float64": (lambda t: t.double(), "float64"),
-    "meta device": (lambda t: t.to("meta"), "meta"),
-    "sparse": (lambda t: t.to_sparse(), "sparse"),
-    "numpy array": (lambda t: t.detach().numpy(), "torch.Tensor"),
-    "list": (lambda t: t.tolist(), "torch.Tensor"),
-    "0-d": (lambda t: t.sum(), "shape"),
-    "extra axis": (lambda t: t[None], "shape"),
-    "NaN": (lambda t: t * float("nan"), "NaN"),
-}
-UNUSUAL_RIGHT = {
-    "not contiguous": _strided,
-    "requires grad": lambda t: t.detach().requires_grad_(True),
-    "nn.Parameter": lambda t: torch.nn.Parameter(t, requires_grad=False),
-}
+# the course's shared cases; this checker also names NaN outputs as such
+UNUSUAL_WRONG = {**WRONG, "NaN": (lambda t: t * float("nan"), "NaN")}
 
 
 @pytest.mark.parametrize("name", UNUSUAL_WRONG)
@@ -171,9 +153,9 @@ def test_unusual_outputs_are_named_not_a_checker_failure(name):
     assert not result.passed and phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
 
 
-@pytest.mark.parametrize("name", UNUSUAL_RIGHT)
+@pytest.mark.parametrize("name", RIGHT)
 def test_unusual_but_right_outputs_pass(name):
     def candidate(*args):
-        return tuple(UNUSUAL_RIGHT[name](t) for t in solution("recurrent_forward")(*args))
+        return tuple(RIGHT[name](t) for t in solution("recurrent_forward")(*args))
 
     assert_passes("recurrent_forward", candidate)
