@@ -37,10 +37,11 @@ lab: install
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=localhost $(ALLOW_ROOT)
 
 # unit tests, exercise tests, hygiene, browser test and every notebook under strict nbval, 2 workers
-# (one thread per worker: two workers with two threads each on two cores run up to 10x slower)
+# (one thread per worker: two workers with two threads each on two cores run up to 10x slower;
+# notebooks first, so the long runs start early and the short unit tests fill the end)
 test test-unit test-notebooks execute: export OMP_NUM_THREADS = 1
 test: install
-	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) tests notebooks
+	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks tests
 
 test-unit: install
 	$(PY) -m pytest -n 2 --dist loadscope tests
