@@ -20,7 +20,7 @@ the GPU up to rounding, but:
   overhead, whatever the block size (about 5 ms on a 2-core CPU: n=1024, d=64 takes
   1.4 s with 64 x 64 blocks, 22 s with 16 x 16, where PyTorch's CPU attention takes
   6 ms); its timings say nothing about GPU speed;
-- tl.dot is an exact float32 numpy matmul; on a GPU, tl.dot of float32 inputs uses
+- tl.dot is a plain float32 numpy matmul; on a GPU, tl.dot of float32 inputs uses
   TF32 tensor cores by default (a 10-bit mantissa, errors near 1e-3), of bfloat16 inputs
   bfloat16 products with float32 sums;
 - numpy has no bfloat16: the interpreter stores it as 16-bit integers and its tl.dot
@@ -28,8 +28,8 @@ the GPU up to rounding, but:
 - it cannot show what makes a kernel fast or slow: memory coalescing, shared memory,
   register pressure, warps, pipelining; nor whether the compiler accepts the kernel
   (the tests compile it for an sm_90 GPU, which needs no GPU);
-- like a GPU, it does not catch an unmasked load past the end of a tensor: it silently
-  reads whatever lies in memory there.
+- it does not catch an unmasked load past the end of a tensor: it silently reads whatever
+  lies in memory there (a GPU usually does not catch it either).
 
 Triton has no wheel for macOS or Windows: then ``TRITON_AVAILABLE`` is False, the
 kernels are still defined (as plain functions, never run), and running one raises
@@ -101,8 +101,6 @@ TRITON_MISSING = (
     "here. Everything else in the lesson works; on Linux, `pip install triton` (make install does it)."
 )
 
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
-LN2 = 0.6931471805599453  # ln(2): converts a log2 back to a natural log
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -226,14 +224,15 @@ def _is_interpreted(kernel):
 
 
 def _power_of_two_block(value, name):
-    # tl.arange needs a power of two, and tl.dot on a GPU needs at least 16 rows and columns.
+    # tl.arange needs a power of two; every block size is the inner dimension of one of the kernels'
+    # tl.dot products, which on an NVIDIA GPU must be at least 16 for float16 and bfloat16 inputs.
     if isinstance(value, bool) or not isinstance(value, int) or value < 16 or value & (value - 1):
         raise ValueError(f"{name} must be a power of two >= 16 (16, 32, 64, 128), got {value!r}")
     return value
 
 
 def _padded(d):
-    """The head dimension rounded up to a power of two >= 16 (tl.arange and tl.dot need one)."""
+    """The head dimension rounded up to a power of two >= 16 (for tl.arange and tl.dot, as block sizes)."""
     return max(16, 1 << (d - 1).bit_length())
 
 
@@ -245,8 +244,8 @@ def _check_inputs(kernel, q, k, v):
             raise ValueError(f"{name} must have shape [..., seq_len, d] with seq_len, d >= 1, got {tuple(t.shape)}")
     if not q.dtype == k.dtype == v.dtype or q.dtype not in DTYPES:
         raise TypeError(
-            f"q, k and v must share one dtype, float16, bfloat16 or float32 (Triton's tl.dot has no "
-            f"float64 here), got {q.dtype}, {k.dtype} and {v.dtype}"
+            f"q, k and v must share one dtype, float16, bfloat16 or float32 (the kernels keep their running sums "
+            f"in float32; flash.flash_attention takes float64), got {q.dtype}, {k.dtype} and {v.dtype}"
         )
     if q.dtype == torch.bfloat16 and _is_interpreted(kernel):
         raise TypeError(
@@ -431,8 +430,7 @@ def flash_backward_dq_kernel(
 def flash_attention_triton_backward(q, k, v, output, logsumexp, grad_output, causal=False, block_m=None, block_n=None):
     """(dq, dk, dv) with the two backward kernels, from the forward's output and logsumexp."""
     _require_triton()
-    kernel = flash_backward_dq_kernel
-    _check_inputs(kernel, q, k, v)
+    _check_inputs(flash_backward_dq_kernel, q, k, v)
     batch, (L_q, d), L_k, d_v = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
     for name, t, shape in (("output", output, (*batch, L_q, d_v)), ("grad_output", grad_output, (*batch, L_q, d_v)),
                            ("logsumexp", logsumexp, (*batch, L_q))):  # fmt: skip
@@ -440,7 +438,8 @@ def flash_attention_triton_backward(q, k, v, output, logsumexp, grad_output, cau
             got = f"{tuple(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name} must be a tensor of shape {shape} on {q.device}, got {got}")
     default_m, default_n = default_block_sizes(q)
-    block_m = _power_of_two_block(block_m or max(16, default_m // 2), "block_m")  # more tiles live: smaller
+    # the backward kernels hold more blocks at once than the forward (k, v, dk, dv): smaller query blocks
+    block_m = _power_of_two_block(block_m or max(16, default_m // 2), "block_m")
     block_n = _power_of_two_block(block_n or default_n, "block_n")
     D, D_V = _padded(d), _padded(d_v)
     q3, k3, v3, do3 = _rows(q, D), _rows(k, D), _rows(v, D_V), _rows(grad_output.to(q.dtype), D_V)

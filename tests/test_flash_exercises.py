@@ -298,6 +298,7 @@ def test_learner_written_block_backward_passes():
     ],
     ids=lambda p: str(p)[:40],
 )
+@pytest.mark.filterwarnings("ignore:The use of `x.T` on tensors:UserWarning")  # the planted .T mistake warns
 def test_block_backward_mistakes_are_named(kwargs, phrase):
     assert_caught("block_backward", _block(**kwargs), phrase)
 

@@ -26,6 +26,10 @@ HEADER = "import triton\nimport triton.language as tl\n\n\n"
 MISTAKES = {
     "acc not rescaled": (("acc = acc * alpha[:, None] + ", "acc = acc + "), ex.NO_RESCALE_ACC),
     "l_i not rescaled": (("l_i = l_i * alpha + ", "l_i = l_i + "), ex.NO_RESCALE_L),
+    "neither rescaled": (
+        (("acc = acc * alpha[:, None] + ", "acc = acc + "), ("l_i = l_i * alpha + ", "l_i = l_i + ")),
+        ex.NO_RESCALE,
+    ),
     "not divided by l_i": (("out = acc / l_i[:, None]", "out = acc"), ex.NOT_NORMALISED),
     "m_i not updated": (("m_i = m_new\n", "pass\n"), ex.MAX_NOT_KEPT),
     "tl.exp with log2 scores": (("tl.exp2(", "tl.exp("), ex.EXP_OF_LOG2),

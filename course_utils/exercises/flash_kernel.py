@@ -266,13 +266,14 @@ def _as_kernel(candidate):
     "flash_forward_kernel",
     solution=flash_triton.flash_forward_kernel,
     hints=[
-        "Per key block: load k_t [D, BLOCK_N] and v [BLOCK_N, D_V] with masks `keys < L_k` and other=0.0; "
-        "scores `s = tl.dot(q, k_t) * qk_scale`; set the scores of keys that may not be seen to -inf with tl.where "
+        "Per key block: `keys = start_n + tl.arange(0, BLOCK_N)`; load k_t [D, BLOCK_N] and v [BLOCK_N, D_V] as q "
+        "is loaded (with keys[None, :] and dims[:, None] for k_t), masked by `keys < L_k` with other=0.0; scores "
+        "`s = tl.dot(q, k_t) * qk_scale`; set the scores of keys that may not be seen to -inf with tl.where "
         "(padding keys: keys >= L_k; causal: keys > rows).",
         "m_new = tl.maximum(m_i, tl.max(s, 1)); alpha = tl.exp2(m_i - m_new); p = tl.exp2(s - m_new[:, None]); "
         "then rescale both running sums by alpha before adding this block, and set m_i = m_new.",
-        "`l_i = l_i * alpha + tl.sum(p, 1)`, `acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)`; after the "
-        "loop `out = acc / l_i[:, None]` and `lse = (m_i + tl.log2(l_i)) * 0.6931471805599453` (ln 2).",
+        "`l_i = l_i * alpha + tl.sum(p, 1)`, `acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)`, `m_i = m_new`; "
+        "the lines after the loop (normalising, the natural-log logsumexp) are given.",
     ],
 )
 def check_flash_forward_kernel(candidate):
