@@ -321,8 +321,9 @@ def run_forward_kernel(kernel, q, k, v, causal=False, block_m=16, block_n=16, **
 
 def default_block_sizes(q):
     """(block_m, block_n) of the forward kernel for queries ``q``: 64 x 64 under the interpreter (its cost is
-    per block, so few large blocks run fastest); on a GPU as large as fits in an H100/H200's shared memory
-    (tl.dot's tiles of q, k, v) for this head size and dtype. The backward kernels use half the block_m."""
+    per block, so few large blocks run fastest); on a GPU 128 x 64 for rows of q up to 256 bytes (d = 128 in
+    bfloat16), smaller for wider rows, so that the tiles of q, k and v fit in an H100/H200's shared memory.
+    The backward kernels use half the block_m."""
     if INTERPRETED or not isinstance(q, torch.Tensor) or q.device.type != "cuda":
         return 64, 64
     row_bytes = _padded(q.shape[-1]) * q.element_size()  # e.g. 128 bytes for bfloat16, d = 64
