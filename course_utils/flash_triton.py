@@ -16,10 +16,10 @@ it decorates a function, so the kernels here, and any defined later (in a notebo
 run under Triton's interpreter. The interpreter executes the kernel's Python code once per
 program, each tl operation as a numpy operation on the CPU. It gives the same numbers as
 the GPU up to rounding, but:
-- speed: each (query block, key block) step costs milliseconds of Python and numpy
-  overhead, whatever the block size (about 5 ms on a 2-core CPU: n=1024, d=64 takes
-  1.4 s with 64 x 64 blocks, 22 s with 16 x 16, where PyTorch's CPU attention takes
-  6 ms); its timings say nothing about GPU speed;
+- speed: each (query block, key block) step costs a few milliseconds of Python and numpy
+  overhead, whatever the block size (one head, n = 1024, d = 64 on a 2-core CPU: about
+  1 s with 64 x 64 blocks, 3.4 s with 32 x 32, where PyTorch's CPU attention takes about
+  10 ms); its timings say nothing about GPU speed;
 - tl.dot is a plain float32 numpy matmul; on a GPU, tl.dot of float32 inputs uses
   TF32 tensor cores by default (a 10-bit mantissa, errors near 1e-3), of bfloat16 inputs
   bfloat16 products with float32 sums;
