@@ -13,3 +13,12 @@ def assert_caught(exercise_id, candidate, phrase):
 def assert_passes(exercise_id, candidate):
     result = check(exercise_id, candidate, quiet=True)
     assert result.passed, result.message
+
+
+def assert_each_message_names_only_its_mistake(mistakes, run):
+    """mistakes: {name: (candidate, phrase)}; no candidate's message holds another mistake's phrase."""
+    phrases = {phrase for _, phrase in mistakes.values()}
+    for name, (candidate, phrase) in mistakes.items():
+        message = run(candidate).message
+        others = [p for p in phrases if p != phrase and p in message]
+        assert not others, f"{name}: the message also matches {others}: {message}"

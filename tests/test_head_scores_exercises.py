@@ -5,6 +5,7 @@ import torch
 
 from course_utils.exercises import check, solution
 from course_utils.head_scores import previous_token_score
+from tests.exercise_asserts import assert_each_message_names_only_its_mistake
 
 EX = "previous_token_score"
 
@@ -75,11 +76,7 @@ def test_each_mistake_gets_its_own_message(name):
 
 
 def test_each_message_names_only_its_own_mistake():
-    needles = {needle for _, needle in MISTAKES.values()}
-    for name, (candidate, needle) in MISTAKES.items():
-        message = run(candidate).message
-        others = [n for n in needles if n != needle and n in message]
-        assert not others, f"{name}: the message also matches {others}: {message}"
+    assert_each_message_names_only_its_mistake(MISTAKES, run)
 
 
 def test_in_place_change_is_caught():

@@ -5,6 +5,7 @@ import torch
 
 from course_utils.exercises import check, solution
 from course_utils.head_scores import is_punctuation, same_word_score
+from tests.exercise_asserts import assert_each_message_names_only_its_mistake
 
 EX = "same_word_score"
 SPECIAL = {"[CLS]", "[SEP]", "[PAD]"}
@@ -121,11 +122,7 @@ def test_each_mistake_gets_its_own_message(name):
 
 
 def test_each_message_names_only_its_own_mistake():
-    needles = {needle for _, needle in MISTAKES.values()}
-    for name, (candidate, needle) in MISTAKES.items():
-        message = run(candidate).message
-        others = [n for n in needles if n != needle and n in message]
-        assert not others, f"{name}: the message also matches {others}: {message}"
+    assert_each_message_names_only_its_mistake(MISTAKES, run)
 
 
 def test_changing_the_inputs_is_caught():
