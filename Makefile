@@ -8,7 +8,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
-.PHONY: progress grade doctor install lab test test-unit test-notebooks test-browser browser execute lint clean test-gpu gpu-benchmark gpu-wheels
+.PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-browser browser execute lint lock clean test-gpu gpu-benchmark gpu-wheels
 
 install: $(STAMP)
 
@@ -39,9 +39,15 @@ lab: install
 # unit tests, exercise tests, hygiene, browser test and every notebook under strict nbval, 2 workers
 # (one thread per worker: two workers with two threads each on two cores run up to 10x slower;
 # notebooks first, so the long runs start early and the short unit tests fill the end)
-test test-unit test-notebooks execute: export OMP_NUM_THREADS = 1
-test: install
+test test-unit test-notebooks test-lesson execute: export OMP_NUM_THREADS = 1
+test: install lint
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks tests
+
+# One lesson's notebook (strict nbval), its run-all and hygiene checks, its exercise tests and the
+# unit tests of the modules it imports: the inner loop of whoever edits it. LESSON=05c (its number)
+test-lesson: install
+	@test -n "$(LESSON)" || { echo "say which lesson: make test-lesson LESSON=05c"; exit 2; }
+	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) --lesson $(LESSON) notebooks tests
 
 test-unit: install
 	$(PY) -m pytest -n 2 --dist loadscope tests
@@ -78,7 +84,7 @@ execute: install
 	  echo "== $$nb"; \
 	  $(VENV)/bin/papermill --no-progress-bar --cwd notebooks -k python3 "$$nb" "$$nb" || exit 1; \
 	done
-	$(PY) tests/notebook_tools.py strip-metadata $(NOTEBOOKS)
+	$(PY) scripts/clean_notebooks.py $(NOTEBOOKS)
 
 # The whole suite on a CUDA GPU: strict nbval with COURSE_DEVICE=cuda against the committed outputs,
 # the unit tests, then the GPU benchmarks; one summary. Results in artifacts/gpu/ (see tests/gpu_suite.py).
@@ -105,8 +111,13 @@ gpu-wheels:
 	rm .whl-requirements.txt
 
 lint: install
-	$(VENV)/bin/ruff check course_utils tests notebooks
-	$(VENV)/bin/ruff format --check course_utils tests
+	$(VENV)/bin/ruff check course_utils tests scripts notebooks
+	$(VENV)/bin/ruff format --check course_utils tests scripts
+
+# Maintainers: re-lock requirements.txt from the direct dependencies in requirements.in, in a
+# throw-away venv (review the diff, then `make test`; CONTRIBUTING.md)
+lock: install
+	$(PY) scripts/lock_requirements.py $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build/ artifacts/ .whl/

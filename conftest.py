@@ -20,3 +20,22 @@ def _compare_outputs_without_stderr(self, test, ref, skip_compare=None):
 
 
 nbval.plugin.IPyNbCell.compare_outputs = _compare_outputs_without_stderr
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--lesson",
+        metavar="NN",
+        help="only one lesson's tests: its notebook, hygiene and run-all checks, its exercise tests and the "
+        "unit tests of the course_utils modules it imports (e.g. --lesson 05c; make test-lesson LESSON=05c)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    lesson = config.getoption("--lesson")
+    if lesson:
+        from tests.lesson_tests import select
+
+        kept, dropped = select(items, lesson)
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

@@ -1,0 +1,63 @@
+"""Re-lock requirements.txt from requirements.in (`make lock` runs this).
+
+    python scripts/lock_requirements.py [--extra-index-url URL]
+
+Installs requirements.in into a throw-away virtual environment, freezes it, and writes
+requirements.txt: the header comments kept, every package pinned, and the environment
+marker of a direct dependency that has one (triton is Linux only) carried over, because
+`pip freeze` writes none.
+"""
+
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def direct_markers(requirements_in):
+    markers = {}
+    for line in requirements_in.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            if req.marker:
+                markers[canonicalize_name(req.name)] = f"{req}"
+    return markers
+
+
+def freeze(extra_index_url=None):
+    with tempfile.TemporaryDirectory() as folder:
+        venv.create(folder, with_pip=True)
+        pip = [str(Path(folder, "bin", "python")), "-m", "pip", "--disable-pip-version-check"]
+        extra = ["--extra-index-url", extra_index_url] if extra_index_url else []
+        subprocess.run([*pip, "install", "--quiet", "-r", str(ROOT / "requirements.in"), *extra], check=True)
+        return subprocess.run([*pip, "freeze"], check=True, capture_output=True, text=True).stdout.splitlines()
+
+
+def lock_lines(frozen, markers, header):
+    lines = list(header)
+    for line in sorted(frozen, key=str.lower):
+        name = canonicalize_name(line.split("==", 1)[0])
+        if name == "pip" or line.startswith("-e "):
+            continue
+        lines.append(markers.get(name, line))
+    return lines
+
+
+def main(argv):
+    extra = argv[argv.index("--extra-index-url") + 1] if "--extra-index-url" in argv else None
+    lock = ROOT / "requirements.txt"
+    header = [line for line in lock.read_text().splitlines() if line.startswith("#")][:4]
+    lines = lock_lines(freeze(extra), direct_markers(ROOT / "requirements.in"), header)
+    lock.write_text("\n".join(lines) + "\n")
+    print(f"wrote {lock.name}: {len(lines) - len(header)} pins; review `git diff requirements.txt`, then `make test`")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,77 @@
+"""Which tests belong to one lesson: `make test-lesson LESSON=05c` (pytest --lesson 05c).
+
+A lesson's tests are found from the lesson itself, so a new lesson needs no list:
+its notebook (strict nbval), every test whose id names the notebook (hygiene, run-all),
+the unit tests of the course_utils modules the notebook imports (tests/test_<module>.py),
+and every test file that names one of the lesson's exercise ids.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+
+from tests.notebook_tools import NOTEBOOK_DIR, code_cells, exercise_cells
+
+TESTS = Path(__file__).resolve().parent
+
+
+def lesson_notebook(lesson):
+    matches = sorted(NOTEBOOK_DIR.glob(f"{lesson}_*.ipynb"))
+    if len(matches) != 1:
+        known = sorted(p.name.split("_", 1)[0] for p in NOTEBOOK_DIR.glob("[0-9][0-9]*_*.ipynb"))
+        raise ValueError(f"--lesson {lesson!r}: expected one notebook notebooks/{lesson}_*.ipynb; lessons: {known}")
+    return matches[0]
+
+
+def imported_modules(nb):
+    """Names of the course_utils modules a notebook's code cells import."""
+    names = set()
+    for cell in code_cells(nb):
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "course_utils":
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course_utils."):
+                names.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                names.update(a.name.split(".")[1] for a in node.names if a.name.startswith("course_utils."))
+    return names - {"exercises", "setup"}
+
+
+def lesson_test_files(nb):
+    ids = {cell.metadata["exercise_id"] for cell in exercise_cells(nb)}
+    files = set()
+    for module in imported_modules(nb):
+        files.update(TESTS.glob(f"test_{module}.py"))
+    for path in TESTS.glob("test_*.py"):
+        text = path.read_text()
+        if any(re.search(rf"[\"']{re.escape(i)}[\"']", text) for i in ids):
+            files.add(path)
+    return files, ids
+
+
+def select(items, lesson):
+    """(kept, dropped) test items for one lesson."""
+    notebook = lesson_notebook(lesson)
+    files, ids = lesson_test_files(nbformat.read(notebook, as_version=4))
+    tokens = {notebook.stem, notebook.name, *ids}
+
+    def names_lesson(item):
+        return any(token in item.nodeid for token in tokens)
+
+    def parametrized_elsewhere(item):
+        # a file that tests every exercise or notebook keeps only this lesson's cases
+        siblings = [i for i in items if i.path == item.path and "[" in i.nodeid]
+        return "[" in item.nodeid and any(names_lesson(i) for i in siblings) and not names_lesson(item)
+
+    kept, dropped = [], []
+    for item in items:
+        wanted = Path(item.path) == notebook or names_lesson(item) or Path(item.path) in files
+        (kept if wanted and not parametrized_elsewhere(item) else dropped).append(item)
+    return kept, dropped
