@@ -8,7 +8,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
-.PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-browser browser execute lint lock clean test-gpu gpu-benchmark gpu-wheels
+.PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-browser browser execute lint lock hooks nbdime clean test-gpu gpu-benchmark gpu-wheels
 
 install: $(STAMP)
 
@@ -111,13 +111,23 @@ gpu-wheels:
 	rm .whl-requirements.txt
 
 lint: install
-	$(VENV)/bin/ruff check course_utils tests scripts notebooks
+	$(VENV)/bin/ruff check course_utils tests scripts notebooks templates
 	$(VENV)/bin/ruff format --check course_utils tests scripts
 
 # Maintainers: re-lock requirements.txt from the direct dependencies in requirements.in, in a
 # throw-away venv (review the diff, then `make test`; CONTRIBUTING.md)
 lock: install
 	$(PY) scripts/lock_requirements.py $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
+
+# Maintainers: the commit-msg hook (subject <= 72 characters) for this clone
+hooks:
+	git config core.hooksPath .githooks
+
+# Maintainers: notebook diffs and merges cell by cell (nbdime's git drivers, this repository only)
+NBDIME_PIN := nbdime==4.0.4
+nbdime: install
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(NBDIME_PIN)" -c requirements.txt
+	$(VENV)/bin/nbdime config-git --enable
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build/ artifacts/ .whl/
