@@ -13,10 +13,12 @@
 Mask convention as everywhere in the course: True/1 = "may attend".
 """
 
+import numbers
+
 import torch
 import torch.nn as nn
 
-from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
+from course_utils.attention import _positive_int, combine_heads, scaled_dot_product_attention, split_heads
 
 __all__ = [
     "repeat_kv",
@@ -41,9 +43,13 @@ __all__ = [
 ]
 
 
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+def _positive_number(value, name):
+    """``value`` as a Python number if it is a real number > 0 (numpy and 0-d tensor numbers too)."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.dtype.is_complex:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r} ({type(value).__name__})")
+    return float(value) if not isinstance(value, numbers.Integral) else int(value)
 
 
 def _tensor(name, x, min_dim, layout):
@@ -65,7 +71,7 @@ def repeat_kv(x, n_rep):
     _tensor("x", x, 4, "[batch, kv_heads, seq_len, head_dim]")
     if x.dim() != 4:
         raise ValueError(f"x must have shape [batch, kv_heads, seq_len, head_dim], got {tuple(x.shape)}")
-    _positive_int("n_rep", n_rep)
+    n_rep = _positive_int(n_rep, "n_rep")
     return x.repeat_interleave(n_rep, dim=1)
 
 
@@ -75,14 +81,21 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_frequencies(head_dim, base=10000.0):
+def rope_frequencies(head_dim, base=10000.0, dtype=torch.float32):
     """The head_dim / 2 rotation speeds theta_i = base^(-2i / head_dim), i = 0 .. head_dim/2 - 1."""
-    _positive_int("head_dim", head_dim)
+    head_dim, base = _rope_sizes(head_dim, base)
+    return base ** (-torch.arange(0, head_dim, 2, dtype=dtype) / head_dim)
+
+
+def _rope_sizes(head_dim, base):
+    head_dim = _positive_int(head_dim, "head_dim")
     if head_dim % 2:
         raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
-    if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
+    if isinstance(base, torch.Tensor) and base.dim() == 0 and not base.dtype.is_complex:
+        base = base.item()
+    if not isinstance(base, numbers.Real) or isinstance(base, bool) or not base > 1:
         raise ValueError(f"base must be a number > 1, got {base!r}")
-    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    return head_dim, float(base)
 
 
 def apply_rope(x, positions, base=10000.0):
@@ -102,8 +115,11 @@ def apply_rope(x, positions, base=10000.0):
         raise ValueError(f"positions must be a 1-D integer tensor [seq_len], got {got}")
     if positions.shape[0] != x.shape[-2]:
         raise ValueError(f"one position per token: x has {x.shape[-2]} tokens, positions has {positions.shape[0]}")
-    theta = rope_frequencies(x.shape[-1], base).to(x.device)
-    angles = positions.to(x.device, torch.float32)[:, None] * theta  # [S, d/2]
+    # angles in float32 at least (float16 holds whole numbers exactly only up to 2048), and in
+    # float64 for float64 inputs (float32 angles are off by about 1e-3 near position 131072)
+    precision = torch.float64 if x.dtype == torch.float64 else torch.float32
+    theta = rope_frequencies(x.shape[-1], base, precision).to(x.device)
+    angles = positions.to(x.device, precision)[:, None] * theta  # [S, d/2]
     angles = torch.cat((angles, angles), dim=-1)  # pair i and i + d/2 share an angle
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     return x * cos + rotate_half(x) * sin
@@ -121,6 +137,11 @@ def grouped_query_attention(q, k, v, positions=None, mask=None, rope_base=10000.
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
     if num_heads % num_kv_heads:
         raise ValueError(f"q has {num_heads} heads, not a multiple of the {num_kv_heads} key/value heads")
+    if rope_base is None and positions is not None:
+        raise ValueError(
+            "positions were given, but rope_base=None means no position embedding, so they would be ignored: "
+            "pass rope_base (e.g. 10000.0) to rotate q and k by their positions, or leave out positions"
+        )
     if rope_base is not None:
         if positions is None:
             positions = torch.arange(q.shape[-2], device=q.device)
@@ -141,8 +162,10 @@ class GroupedQueryAttention(nn.Module):
 
     def __init__(self, d_model, num_heads, num_kv_heads, bias=False, rope_base=None):
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
-            _positive_int(name, value)
+        d_model, num_heads, num_kv_heads = (
+            _positive_int(value, name)
+            for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads))
+        )
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
         if num_heads % num_kv_heads:
@@ -186,8 +209,8 @@ def sliding_window_mask(seq_len, window, causal=True, device=None):
     keys on each side (2 * window - 1 keys in all), a two-sided local attention for
     encoders (Longformer's idea).
     """
-    _positive_int("seq_len", seq_len)
-    _positive_int("window", window)
+    seq_len = _positive_int(seq_len, "seq_len")
+    window = _positive_int(window, "window")
     positions = torch.arange(seq_len, device=device)
     return _window_rule(positions[:, None], positions[None, :], window, causal)
 
@@ -209,8 +232,8 @@ def sliding_window_attention(q, k, v, window, block_size=128):
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         _tensor(name, t, 2, "[..., seq_len, head_dim]")
-    _positive_int("window", window)
-    _positive_int("block_size", block_size)
+    window = _positive_int(window, "window")
+    block_size = _positive_int(block_size, "block_size")
     n = q.shape[-2]
     if k.shape[-2] != n or v.shape[-2] != n:
         raise ValueError(
@@ -233,15 +256,28 @@ def sliding_window_attention(q, k, v, window, block_size=128):
 def receptive_field(num_layers, window, seq_len):
     """How many positions the last token can draw on after num_layers sliding-window layers.
 
-    Computed by composing the masks (who can reach whom in one more layer), not by formula.
+    Computed by composing the masks, not by formula: ``reach`` marks the positions the last
+    token draws on so far; one more layer adds every key that a reached position's window
+    sees (the row of sliding_window_mask for that position). Each layer is a running count
+    over the positions, so the cost grows like num_layers x seq_len.
     """
-    for name, value in (("num_layers", num_layers), ("window", window), ("seq_len", seq_len)):
-        _positive_int(name, value)
-    step = sliding_window_mask(seq_len, window).float()
-    reach = torch.eye(seq_len)
+    num_layers, window, seq_len = _receptive_field_sizes(num_layers, window, seq_len)
+    reach = torch.zeros(seq_len, dtype=torch.bool)
+    reach[-1] = True  # after 0 layers the last token has only itself
     for _ in range(num_layers):
-        reach = ((reach @ step) > 0).float()
-    return int(reach[-1].sum())
+        # key j is reached if some reached position i sees it: j <= i < j + window
+        hits = torch.cat((torch.zeros(1, dtype=torch.long), reach.long().cumsum(0)))  # hits[i] = reached < i
+        upper = torch.arange(seq_len) + window
+        reach = (hits[upper.clamp(max=seq_len)] - hits[:seq_len]) > 0
+    return int(reach.sum())
+
+
+def _receptive_field_sizes(num_layers, window, seq_len):
+    return (
+        _positive_int(num_layers, "num_layers"),
+        _positive_int(window, "window"),
+        _positive_int(seq_len, "seq_len"),
+    )
 
 
 # --------------------------------------------------------------------------- memory of the KV cache
@@ -252,16 +288,17 @@ def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, by
 
     bytes_per_value: 2 for bfloat16/float16 (the usual), 4 for float32, 1 for 8-bit.
     """
-    for name, value in (
-        ("num_layers", num_layers),
-        ("num_kv_heads", num_kv_heads),
-        ("head_dim", head_dim),
-        ("seq_len", seq_len),
-        ("batch_size", batch_size),
-    ):
-        _positive_int(name, value)
-    if isinstance(bytes_per_value, bool) or not isinstance(bytes_per_value, (int, float)) or bytes_per_value <= 0:
-        raise ValueError(f"bytes_per_value must be a positive number, got {bytes_per_value!r}")
+    num_layers, num_kv_heads, head_dim, seq_len, batch_size = (
+        _positive_int(value, name)
+        for name, value in (
+            ("num_layers", num_layers),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+            ("seq_len", seq_len),
+            ("batch_size", batch_size),
+        )
+    )
+    bytes_per_value = _positive_number(bytes_per_value, "bytes_per_value")
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value
 
 
@@ -272,16 +309,17 @@ def mla_cache_bytes(num_layers, kv_lora_rank, rope_head_dim, seq_len, batch_size
     (keys and values of every head are reconstructed from it) and one shared
     RoPE key of rope_head_dim numbers.
     """
-    for name, value in (
-        ("num_layers", num_layers),
-        ("kv_lora_rank", kv_lora_rank),
-        ("rope_head_dim", rope_head_dim),
-        ("seq_len", seq_len),
-        ("batch_size", batch_size),
-    ):
-        _positive_int(name, value)
-    if isinstance(bytes_per_value, bool) or not isinstance(bytes_per_value, (int, float)) or bytes_per_value <= 0:
-        raise ValueError(f"bytes_per_value must be a positive number, got {bytes_per_value!r}")
+    num_layers, kv_lora_rank, rope_head_dim, seq_len, batch_size = (
+        _positive_int(value, name)
+        for name, value in (
+            ("num_layers", num_layers),
+            ("kv_lora_rank", kv_lora_rank),
+            ("rope_head_dim", rope_head_dim),
+            ("seq_len", seq_len),
+            ("batch_size", batch_size),
+        )
+    )
+    bytes_per_value = _positive_number(bytes_per_value, "bytes_per_value")
     return num_layers * (kv_lora_rank + rope_head_dim) * seq_len * batch_size * bytes_per_value
 
 
@@ -298,14 +336,16 @@ class MultiHeadLatentAttention(nn.Module):
 
     def __init__(self, d_model, num_heads, head_dim, kv_lora_rank, rope_head_dim, rope_base=10000.0):
         super().__init__()
-        for name, value in (
-            ("d_model", d_model),
-            ("num_heads", num_heads),
-            ("head_dim", head_dim),
-            ("kv_lora_rank", kv_lora_rank),
-            ("rope_head_dim", rope_head_dim),
-        ):
-            _positive_int(name, value)
+        d_model, num_heads, head_dim, kv_lora_rank, rope_head_dim = (
+            _positive_int(value, name)
+            for name, value in (
+                ("d_model", d_model),
+                ("num_heads", num_heads),
+                ("head_dim", head_dim),
+                ("kv_lora_rank", kv_lora_rank),
+                ("rope_head_dim", rope_head_dim),
+            )
+        )
         rope_frequencies(rope_head_dim, rope_base)  # fails now on an odd rope_head_dim
         self.num_heads, self.head_dim, self.rope_head_dim, self.rope_base = (
             num_heads,
@@ -374,7 +414,7 @@ def causal_mod(b, h, q_idx, kv_idx):
 
 
 def sliding_window_mod(window):
-    _positive_int("window", window)
+    window = _positive_int(window, "window")
 
     def mask_mod(b, h, q_idx, kv_idx):
         return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
@@ -409,7 +449,7 @@ def prefix_lm_mod(prefix_len):
 
 def alibi_slopes(num_heads):
     """ALiBi's per-head slopes 2^(-8/H), 2^(-16/H), ..., 2^(-8) (Press et al., 2022; H a power of 2)."""
-    _positive_int("num_heads", num_heads)
+    num_heads = _positive_int(num_heads, "num_heads")
     if num_heads & (num_heads - 1):
         raise ValueError(f"this form of the slopes needs a power-of-two number of heads, got {num_heads}")
     return 2.0 ** (-8.0 * torch.arange(1, num_heads + 1) / num_heads)

@@ -374,3 +374,71 @@ def test_mla_bad_sizes():
         modern.MultiHeadLatentAttention(32, 4, 8, 12, 5)
     with pytest.raises(ValueError, match="kv_lora_rank must be a positive int"):
         modern.MultiHeadLatentAttention(32, 4, 8, 0, 4)
+
+
+# --------------------------------------------------------------------------- sizes, precision, silent ignores
+
+
+def _old_receptive_field(num_layers, window, seq_len):
+    """The first edition's algorithm: compose the full n x n masks, layer by layer (O(layers n^3))."""
+    step = sliding_window_mask(seq_len, window).float()
+    reach = torch.eye(seq_len)
+    for _ in range(num_layers):
+        reach = ((reach @ step) > 0).float()
+    return int(reach[-1].sum())
+
+
+def test_receptive_field_equals_composing_the_full_masks_on_small_cases():
+    for num_layers in range(1, 6):
+        for window in range(1, 7):
+            for seq_len in (1, 2, 5, 9, 17, 24):
+                assert modern.receptive_field(num_layers, window, seq_len) == _old_receptive_field(
+                    num_layers, window, seq_len
+                ), (num_layers, window, seq_len)
+
+
+def test_receptive_field_at_mistral_size_is_fast():
+    import time
+
+    start = time.process_time()
+    assert modern.receptive_field(32, 4096, 8192) == 8192
+    assert modern.receptive_field(2, 4096, 100_000) == 2 * 4095 + 1
+    assert time.process_time() - start < 5  # the n^3 form took over 90 s for the first
+
+
+@pytest.mark.parametrize("make_int", [lambda n: __import__("numpy").int64(n), lambda n: torch.tensor(n)])
+def test_numpy_and_torch_integers_are_accepted_as_sizes(make_int):
+    two, four, eight = make_int(2), make_int(4), make_int(8)
+    assert modern.receptive_field(two, four, make_int(40)) == 7
+    assert kv_cache_bytes(two, two, eight, four) == 2 * 2 * 2 * 8 * 4 * 2
+    assert modern.mla_cache_bytes(two, four, two, eight) == 2 * 6 * 8 * 2
+    assert sliding_window_mask(four, two).shape == (4, 4)
+    assert repeat_kv(torch.zeros(1, 2, 3, 4), two).shape == (1, 4, 3, 4)
+    assert GroupedQueryAttention(make_int(16), four, two).head_dim == 4
+    assert modern.alibi_slopes(four).shape == (4,)
+
+
+def test_apply_rope_float64_angles_are_float64():
+    x = _randn(1, 131072, 8).double()
+    positions = torch.arange(131072)
+    theta = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    angles = positions.double()[:, None] * theta
+    angles = torch.cat((angles, angles), dim=-1)
+    expected = x * angles.cos() + modern.rotate_half(x) * angles.sin()
+    assert (apply_rope(x, positions) - expected).abs().max() < 1e-9  # float32 angles: 2e-3 off
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_apply_rope_keeps_the_dtype(dtype):
+    x = _randn(2, 6, 8).to(dtype)
+    assert apply_rope(x, torch.arange(6)).dtype == dtype
+
+
+def test_positions_without_rope_are_an_error_not_ignored():
+    layer = GroupedQueryAttention(16, 4, 2).eval()
+    x = _randn(1, 5, 16)
+    with pytest.raises(ValueError, match="rope_base=None"):
+        layer(x, positions=torch.arange(5) + 3)
+    with pytest.raises(ValueError, match="rope_base=None"):
+        modern.grouped_query_attention(*[_randn(1, 2, 3, 4)] * 3, positions=torch.arange(3), rope_base=None)
+    layer(x)  # without positions it runs as before
