@@ -81,7 +81,7 @@ def test_hint_and_show_solution(capsys):
     hint("normalise_scores")
     show_solution("normalise_scores")
     out = capsys.readouterr().out
-    assert "Hint 1:" in out
+    assert "Hint 1 of" in out
     assert "def normalise_scores" in out
 
 
@@ -102,3 +102,47 @@ def test_call_and_diagnose_helpers():
 
 def test_the_contract_ids_exist_once_all_lessons_are_in():
     assert "normalise_scores" in exercise_ids()
+
+
+def _hints_of(exercise_id):
+    from course_utils.exercises import _lookup
+
+    return _lookup(exercise_id).hints
+
+
+def test_hint_shows_the_mildest_first_and_one_more_per_level(capsys):
+    hints = _hints_of("scaled_dot_product_attention")
+    assert len(hints) >= 3  # the test needs an exercise with several hints
+    hint("scaled_dot_product_attention")
+    first = capsys.readouterr().out
+    assert hints[0] in first and hints[1] not in first and hints[-1] not in first
+    assert f"{len(hints) - 1} more hints" in first and 'hint("scaled_dot_product_attention", 2)' in first
+    hint("scaled_dot_product_attention", 2)
+    second = capsys.readouterr().out
+    assert hints[0] in second and hints[1] in second and hints[-1] not in second
+    hint("scaled_dot_product_attention", len(hints))
+    last = capsys.readouterr().out
+    assert all(h in last for h in hints) and "last hint" in last and "show_solution" in last
+    hint("scaled_dot_product_attention")
+    assert capsys.readouterr().out == first  # the same call shows the same hints (re-running a cell)
+
+
+def test_hint_with_a_level_past_the_last_or_a_bad_level_does_not_raise(capsys):
+    hints = _hints_of("normalise_scores")
+    hint("normalise_scores", len(hints) + 5)
+    assert "last hint" in capsys.readouterr().out
+    for bad in (0, -1, 1.5, "2", True):
+        hint("normalise_scores", bad)
+        assert "level should be a whole number" in capsys.readouterr().out
+
+
+def test_an_exercise_id_registered_twice_is_an_error():
+    import pytest
+
+    from course_utils.exercises import _REGISTRY, exercise
+
+    exercise_ids()  # every lesson's ids registered
+    before = _REGISTRY["normalise_scores"]
+    with pytest.raises(ValueError, match="registered twice"):
+        exercise("normalise_scores", solution=lambda s: s)(lambda candidate: None)
+    assert _REGISTRY["normalise_scores"] is before  # the first registration stays

@@ -74,9 +74,14 @@ class _Exercise:
 
 
 def exercise(exercise_id, solution, hints=()):
-    """Decorator that registers a checker under an exercise id."""
+    """Decorator that registers a checker under an exercise id (each id once)."""
 
     def register(checker):
+        if exercise_id in _REGISTRY:
+            raise ValueError(
+                f"the exercise id {exercise_id!r} is registered twice (by {_REGISTRY[exercise_id].checker.__module__} "
+                f"and {checker.__module__}): every exercise needs an id of its own"
+            )
         _REGISTRY[exercise_id] = _Exercise(checker, solution, tuple(hints))
         return checker
 
@@ -234,14 +239,28 @@ def check(exercise_id, candidate, quiet=False):
     return result
 
 
-def hint(exercise_id):
-    """Show the hints for an exercise, mildest first."""
+def hint(exercise_id, level=1):
+    """Show the hints of an exercise up to ``level``, mildest first, and say how many remain.
+
+    hint(id) shows the first (mildest) hint, hint(id, 2) the first two, and so on; the last
+    hint is close to the answer. The same call always shows the same hints."""
     try:
         hints = _lookup(exercise_id).hints
     except KeyError as e:
         return _show(e.args[0])
-    text = "\n".join(f"Hint {i}: {h}" for i, h in enumerate(hints, 1)) or "No hints for this one."
-    _show(text)
+    if not hints:
+        return _show("No hints for this one.")
+    if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+        return _show(f'level should be a whole number from 1 to {len(hints)}: hint("{exercise_id}", 2), got {level!r}.')
+    shown = hints[:level]
+    lines = [f"Hint {i} of {len(hints)}: {h}" for i, h in enumerate(shown, 1)]
+    left = len(hints) - len(shown)
+    if left:
+        more = "1 more hint" if left == 1 else f"{left} more hints"
+        lines.append(f'({more}: hint("{exercise_id}", {len(shown) + 1}) shows the next one.)')
+    else:
+        lines.append(f'(That was the last hint; show_solution("{exercise_id}") shows the whole solution.)')
+    _show("\n".join(lines))
 
 
 def solution(exercise_id):
