@@ -1,0 +1,526 @@
+"""A language model of our own (lesson 10): a small GPT trained on the course's stories.
+
+Public API (lesson 11 and the tests rely on these names):
+
+    from course_utils.language_model import load_trained_model, attention_weights
+    model, tokenizer = load_trained_model()            # seed 0; seed=1 or 2 for the other runs; eval mode
+    tokens = tokenizer.encode("Once upon a time")[None]    # [1, T] int64
+    logits = model(tokens)                               # [1, T, vocab_size]
+    weights = attention_weights(model, tokens)           # [layers, B, heads, T, T], rows sum to 1
+    # after any forward, model.attentions() gives the same tensor of that forward
+
+- ``CharTokenizer``: one token per character (why: see its docstring).
+- ``LanguageModel``: a decoder-only, pre-norm Transformer. Each ``DecoderBlock`` is
+  lesson 05's layer in pre-norm order (LayerNorm, ``FeedForward``) around lesson 08's
+  ``GroupedQueryAttention`` projections with RoPE, under a causal mask.
+- ``next_token_loss``, ``filter_logits``, ``sample_next_token``: the lesson's exercises.
+- ``LayerCache``, ``generate``: decoding with or without a KV cache (lesson 07's idea on a
+  trained model); ``LayerCache(window=W, sinks=S)`` is a sliding-window cache that keeps the
+  first S tokens (StreamingLLM: Xiao, Tian, Chen, Han and Lewis, 2023, "Efficient Streaming
+  Language Models with Attention Sinks").
+- ``streaming_loss``: the next-token loss of a long text read through such a cache.
+- ``unigram_loss``, ``bigram_loss``: the baselines a model must beat.
+- ``corpus_splits``, ``batch_sampler``, ``evaluate_loss``, ``train_model``: data and training,
+  shared by the lesson and ``scripts/train_language_model.py``, which trained the stored model.
+
+The cache keeps the keys *before* RoPE and rotates them by their slot in the cache at each
+step. For a cache that only grows this is the same as rotating by position in the text; for
+a sliding window it is what StreamingLLM does, so the positions the model sees never exceed
+the cache's size.
+"""
+
+import json
+import operator
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from course_utils.attention import causal_mask, combine_heads, scaled_dot_product_attention, split_heads
+from course_utils.data import data_path
+from course_utils.modern import GroupedQueryAttention, apply_rope, repeat_kv
+from course_utils.stories import story_corpus
+from course_utils.training import fit
+from course_utils.transformer import FeedForward
+
+__all__ = [
+    "CharTokenizer",
+    "corpus_splits",
+    "next_token_loss",
+    "filter_logits",
+    "sample_next_token",
+    "DecoderBlock",
+    "LanguageModel",
+    "LayerCache",
+    "decode_with_cache",
+    "generate",
+    "attention_weights",
+    "streaming_loss",
+    "unigram_loss",
+    "bigram_loss",
+    "batch_sampler",
+    "evaluate_loss",
+    "train_model",
+    "load_trained_model",
+    "trained_results",
+    "SETTINGS_FILE",
+    "weights_file",
+]
+
+SETTINGS_FILE = "language_model_settings.json"
+
+
+def weights_file(seed):
+    return f"language_model_seed{seed}.pt"
+
+
+# ---------------------------------------------------------------- the text
+
+
+class CharTokenizer:
+    """One token per character of the corpus.
+
+    Why characters: the stories use 49 characters, so the embedding and the read-out stay
+    tiny, nothing has to be learned before training (a byte-pair tokenizer would need its
+    merges first), and every string made of those characters can be encoded. The price is
+    length: a word is several tokens, so the model needs a longer context for the same text.
+    """
+
+    def __init__(self, characters):
+        characters = sorted(set(characters))
+        if len(characters) < 2:
+            raise ValueError(f"a tokenizer needs at least 2 distinct characters, got {characters!r}")
+        self.characters = characters
+        self.index = {c: i for i, c in enumerate(characters)}
+
+    @property
+    def vocab_size(self):
+        return len(self.characters)
+
+    def encode(self, text):
+        """str -> int64 tensor [len(text)]."""
+        unknown = sorted(set(text) - set(self.index))
+        if unknown:
+            raise ValueError(f"characters not in the vocabulary: {unknown}; it holds {''.join(self.characters)!r}")
+        return torch.tensor([self.index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids):
+        """int tensor [T] (or a list of ints) -> str."""
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return "".join(self.characters[i] for i in ids)
+
+
+def corpus_splits(num_stories=1500, validation_share=10, seed=0):
+    """(tokenizer, train ids, validation ids): the last ``validation_share`` % of the stories are held out."""
+    text = story_corpus(num_stories, seed)
+    lines = text.splitlines(keepends=True)
+    cut = len(lines) - len(lines) * validation_share // 100
+    tokenizer = CharTokenizer(text)
+    return tokenizer, tokenizer.encode("".join(lines[:cut])), tokenizer.encode("".join(lines[cut:]))
+
+
+# ---------------------------------------------------------------- the loss and sampling (the exercises)
+
+
+def _check_logits(logits, min_dim, layout):
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor {layout}, got {type(logits).__name__}")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point (scores, e.g. float32), got {logits.dtype}: use logits.float()")
+    if logits.dim() < min_dim:
+        raise ValueError(f"logits must have shape {layout}, got {tuple(logits.shape)}")
+
+
+def _check_loss_inputs(logits, tokens):
+    _check_logits(logits, 3, "[batch, seq_len, vocab]")
+    if logits.dim() != 3:
+        raise ValueError(f"logits must have shape [batch, seq_len, vocab], got {tuple(logits.shape)}")
+    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.dim() != 2:
+        got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be an integer tensor [batch, seq_len], got {got}")
+    if tokens.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} must share [batch, seq_len]: "
+            f"the logits are the model's output on these tokens"
+        )
+    if tokens.shape[1] < 2:
+        raise ValueError(f"predicting the next token needs seq_len >= 2, got {tokens.shape[1]}")
+
+
+def next_token_loss(logits, tokens):
+    """Mean cross-entropy of position t's logits against token t + 1.
+
+    logits: [B, T, V], the model's output on tokens [B, T]. The last position has no next
+    token and the first token is never a target, so B * (T - 1) predictions are scored.
+    """
+    _check_loss_inputs(logits, tokens)
+    predictions = logits[:, :-1]  # position t predicts ...
+    targets = tokens[:, 1:]  # ... token t + 1
+    # cross_entropy takes raw scores (it applies log_softmax itself) as [N, V] against [N]
+    return F.cross_entropy(predictions.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def _optional_positive_int(value, name):
+    if value is None:
+        return None
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < 1:
+        raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
+    return number
+
+
+def _check_filter_inputs(logits, temperature, top_k, top_p):
+    _check_logits(logits, 1, "[..., vocab]")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r} (for greedy decoding use argmax)")
+    top_k = _optional_positive_int(top_k, "top_k")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+    return top_k
+
+
+def filter_logits(logits, temperature=1.0, top_k=None, top_p=None):
+    """Logits [..., V] -> the same shape, divided by ``temperature``, excluded tokens at -inf.
+
+    top_k: keep the k largest (all of them if k >= V). top_p (nucleus sampling, Holtzman et
+    al., 2020, "The Curious Case of Neural Text Degeneration"): keep the smallest set of most
+    probable tokens whose probability reaches p, the token that crosses p included, so at
+    least one token is always kept. Both apply to the logits after the temperature. Kept
+    logits are not changed: softmax renormalises over the kept tokens by itself.
+    """
+    top_k = _check_filter_inputs(logits, temperature, top_k, top_p)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth_largest, float("-inf"))  # ties with the k-th are kept
+    if top_p is not None and top_p < 1:  # p = 1 keeps everything (cumulative sums may round past 1)
+        probs = logits.softmax(dim=-1)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # mass of the tokens *before* each one: a token is kept if that mass is still below p,
+        # so the token that crosses p is kept, and so is the most probable one (mass 0 before it)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop_sorted = mass_before >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to the vocabulary's order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """One token id per row of logits [B, V], drawn from softmax(filter_logits(...)): ids [B]."""
+    _check_logits(logits, 2, "[batch, vocab]")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must have shape [batch, vocab], got {tuple(logits.shape)}")
+    probs = filter_logits(logits, temperature, top_k, top_p).softmax(dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+# ---------------------------------------------------------------- the model
+
+
+class LayerCache:
+    """One layer's keys (before RoPE) and values [B, H_kv, n, d] of the tokens seen so far.
+
+    ``window=None``: keep every token (a plain KV cache). ``window=W``: keep the last W tokens
+    and, with ``sinks=S``, also the first S tokens of the text (StreamingLLM). Either way the
+    keys are rotated by their slot in the cache, 0 .. n-1, when attention reads them.
+    """
+
+    def __init__(self, window=None, sinks=0):
+        self.window = _optional_positive_int(window, "window")
+        if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+            raise ValueError(f"sinks must be an int >= 0, got {sinks!r}")
+        if sinks and window is None:
+            raise ValueError("sinks only matter for a sliding window: give window= too")
+        self.sinks = sinks
+        self.keys = self.values = None
+
+    @property
+    def length(self):
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def append(self, k, v):
+        """Add the keys/values of t new tokens; return everything attention may read now."""
+        if self.keys is None:
+            self.keys, self.values = k, v
+        else:
+            self.keys, self.values = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        return self.keys, self.values
+
+    def evict(self):
+        """Drop the oldest tokens beyond the window (after the step that used them)."""
+        if self.window is None or self.length <= self.sinks + self.window:
+            return
+        keep = torch.cat([torch.arange(self.sinks), torch.arange(self.length - self.window, self.length)])
+        self.keys, self.values = self.keys[:, :, keep], self.values[:, :, keep]
+
+
+def causal_self_attention(attention, x, cache=None):
+    """Causal self-attention of x [B, t, d_model] with a ``GroupedQueryAttention``'s projections.
+
+    With a cache, x holds only the new tokens: their keys and values join the cache and their
+    queries read every cached token up to their own slot. Returns (output [B, t, d_model],
+    weights [B, heads, t, n]).
+    """
+    t = x.shape[1]
+    query = split_heads(attention.query_linear(x), attention.num_heads)
+    key = split_heads(attention.key_linear(x), attention.num_kv_heads)
+    value = split_heads(attention.value_linear(x), attention.num_kv_heads)
+    if cache is not None:
+        key, value = cache.append(key, value)
+    n = key.shape[2]
+    # RoPE by slot: the new tokens are the last t of the n slots
+    slots = torch.arange(n, device=x.device)
+    query = apply_rope(query, slots[n - t :], attention.rope_base)
+    key = apply_rope(key, slots, attention.rope_base)
+    n_rep = attention.num_heads // attention.num_kv_heads
+    key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+    mask = causal_mask(n, device=x.device)[n - t :]  # the last t rows of the causal mask
+    context, weights = scaled_dot_product_attention(query, key, value, mask)
+    return attention.output_linear(combine_heads(context)), weights
+
+
+class DecoderBlock(nn.Module):
+    """Lesson 05's layer in pre-norm order, with causal, rotary self-attention:
+
+    x = x + Attention(LayerNorm1(x));  out = x + FeedForward(LayerNorm2(x))
+    """
+
+    def __init__(self, d_model, num_heads, num_kv_heads, d_ff, rope_base=10000.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attention = GroupedQueryAttention(d_model, num_heads, num_kv_heads, rope_base=rope_base)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.feed_forward = FeedForward(d_model, d_ff)
+        self.attention_weights = None
+
+    def forward(self, x, cache=None):
+        attended, weights = causal_self_attention(self.attention, self.norm1(x), cache)
+        self.attention_weights = weights.detach()
+        x = x + attended
+        return x + self.feed_forward(self.norm2(x))
+
+
+class LanguageModel(nn.Module):
+    """Token ids [B, T] -> logits [B, T, vocab] for the next token at every position.
+
+    token embedding -> decoder blocks (causal; positions by RoPE inside attention) -> final
+    LayerNorm (pre-norm leaves the residual stream un-normalised) -> linear read-out.
+    """
+
+    def __init__(self, vocab_size, d_model=64, num_heads=4, num_kv_heads=None, num_layers=3, d_ff=None, context=128):
+        super().__init__()
+        self.settings = {
+            "vocab_size": vocab_size,
+            "d_model": d_model,
+            "num_heads": num_heads,
+            "num_kv_heads": num_kv_heads or num_heads,
+            "num_layers": num_layers,
+            "d_ff": d_ff or 4 * d_model,
+            "context": context,
+        }
+        for name, value in self.settings.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.vocab_size, self.context = vocab_size, context
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.blocks = nn.ModuleList(
+            DecoderBlock(d_model, num_heads, self.settings["num_kv_heads"], self.settings["d_ff"])
+            for _ in range(num_layers)
+        )
+        self.final_norm = nn.LayerNorm(d_model)
+        self.output_linear = nn.Linear(d_model, vocab_size)
+
+    def _check_tokens(self, tokens):
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+            got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise ValueError(f"tokens must be an integer tensor [batch, seq_len], got {got} (add [None] for one text)")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(f"token ids must lie in 0..{self.vocab_size - 1}")
+
+    def forward(self, tokens, caches=None):
+        """tokens [B, t]; caches: one ``LayerCache`` per block (then tokens are the new ones only)."""
+        self._check_tokens(tokens)
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(f"give one LayerCache per block ({len(self.blocks)}), got {len(caches)}")
+        x = self.token_embedding(tokens)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[i])
+        return self.output_linear(self.final_norm(x))
+
+    def attentions(self):
+        """[layers, B, heads, t, n] attention weights of the last forward pass."""
+        if self.blocks[0].attention_weights is None:
+            raise RuntimeError("run the model on some tokens first: the weights are kept from the last forward")
+        return torch.stack([block.attention_weights for block in self.blocks])
+
+
+@torch.no_grad()
+def attention_weights(model, tokens):
+    """Every layer's causal attention weights on tokens [B, T]: [layers, B, heads, T, T]."""
+    model(tokens)
+    return model.attentions()
+
+
+# ---------------------------------------------------------------- generation
+
+
+def _check_prompt(model, prompt, steps):
+    model._check_tokens(prompt)
+    if prompt.shape[1] < 1:
+        raise ValueError("the prompt needs at least one token")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+
+
+@torch.no_grad()
+def decode_with_cache(model, prompt, steps):
+    """Greedy decoding with a KV cache: prompt ids [B, P] -> [B, P + steps] (the exercise of section 5)."""
+    _check_prompt(model, prompt, steps)
+    caches = [LayerCache() for _ in model.blocks]  # one per layer: each layer has keys and values of its own
+    tokens, new_tokens = prompt, prompt  # the first step reads the whole prompt ("prefill")
+    for _ in range(steps):
+        logits = model(new_tokens, caches)  # [B, t, V]; the caches now hold every token so far
+        next_token = logits[:, -1].argmax(dim=-1, keepdim=True)  # the last position predicts the next token
+        tokens = torch.cat([tokens, next_token], dim=1)
+        new_tokens = next_token  # later steps read only the token added last
+    return tokens
+
+
+@torch.no_grad()
+def generate(
+    model, prompt, steps, use_cache=True, temperature=None, top_k=None, top_p=None, generator=None, step_times=None
+):
+    """Prompt ids [B, P] -> [B, P + steps]: the prompt and ``steps`` new tokens.
+
+    ``temperature=None``: greedy (the most probable token); otherwise sampled with
+    ``sample_next_token``. ``use_cache=False`` runs the model on the whole text at every step;
+    ``use_cache=True`` runs it on the prompt once ("prefill"), then on one new token per step.
+    ``step_times``: a list that receives the seconds each step took.
+    """
+    _check_prompt(model, prompt, steps)
+    model.eval()
+    caches = [LayerCache() for _ in model.blocks] if use_cache else None
+    sequence, new_tokens = prompt, prompt
+    for _ in range(steps):
+        start = time.perf_counter()
+        logits = model(new_tokens, caches) if use_cache else model(sequence)
+        last = logits[:, -1]
+        if temperature is None:
+            next_token = last.argmax(dim=-1)
+        else:
+            next_token = sample_next_token(last, temperature, top_k, top_p, generator)
+        sequence = torch.cat([sequence, next_token[:, None]], dim=1)
+        new_tokens = sequence[:, -1:] if use_cache else sequence
+        if step_times is not None:
+            step_times.append(time.perf_counter() - start)
+    return sequence
+
+
+@torch.no_grad()
+def streaming_loss(model, tokens, window=None, sinks=0, recompute=False):
+    """Next-token loss at every position of tokens [B, T], read one token at a time: [T - 1].
+
+    window=None: a cache that keeps everything (positions grow to T - 1). window=W: a sliding
+    cache of the last W tokens plus the first ``sinks``. recompute=True: instead of a cache,
+    run the model afresh on the last W tokens for every prediction (the slow baseline).
+    """
+    model._check_tokens(tokens)
+    model.eval()
+    losses = []
+    caches = [LayerCache(window, sinks) for _ in model.blocks]
+    for t in range(tokens.shape[1] - 1):
+        if recompute:
+            start = 0 if window is None else max(0, t + 1 - window)
+            logits = model(tokens[:, start : t + 1])[:, -1]
+        else:
+            logits = model(tokens[:, t : t + 1], caches)[:, -1]
+            for cache in caches:
+                cache.evict()
+        losses.append(F.cross_entropy(logits, tokens[:, t + 1], reduction="none"))
+    return torch.stack(losses, dim=1).mean(dim=0)
+
+
+# ---------------------------------------------------------------- baselines and training
+
+
+def unigram_loss(train_ids, eval_ids, vocab_size):
+    """Cross-entropy of predicting every token from the training frequencies alone (add-one smoothed)."""
+    counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1
+    log_probs = (counts / counts.sum()).log()
+    return -log_probs[eval_ids[1:]].mean().item()
+
+
+def bigram_loss(train_ids, eval_ids, vocab_size):
+    """Cross-entropy of predicting each token from the one before it (counts, add-one smoothed)."""
+    pairs = train_ids[:-1] * vocab_size + train_ids[1:]
+    counts = torch.bincount(pairs, minlength=vocab_size**2).reshape(vocab_size, vocab_size).double() + 1
+    log_probs = (counts / counts.sum(dim=1, keepdim=True)).log()
+    return -log_probs[eval_ids[:-1], eval_ids[1:]].mean().item()
+
+
+def batch_sampler(ids, batch_size, context):
+    """sample_batch(generator) -> (inputs, targets) for ``fit``: random crops of context + 1 tokens.
+
+    inputs are tokens 0..context-1 of a crop, targets tokens 1..context: the shift of
+    ``next_token_loss`` done once, so ``fit``'s cross-entropy scores position t against t + 1.
+    """
+
+    def sample_batch(generator):
+        starts = torch.randint(0, len(ids) - context - 1, (batch_size,), generator=generator)
+        crops = torch.stack([ids[s : s + context + 1] for s in starts.tolist()])
+        return crops[:, :-1], crops[:, 1:]
+
+    return sample_batch
+
+
+@torch.no_grad()
+def evaluate_loss(model, ids, context, max_windows=64):
+    """Mean next-token loss over the first ``max_windows`` non-overlapping windows of ``ids``."""
+    model.eval()
+    count = min(max_windows, (len(ids) - 1) // (context + 1))
+    crops = ids[: count * (context + 1)].reshape(count, context + 1)
+    return next_token_loss(model(crops), crops).item()
+
+
+def train_model(settings, train_ids, valid_ids, seed, progress=False, eval_every=None):
+    """Build a ``LanguageModel`` from ``settings`` (seeded) and train it with ``fit``; return (model, history)."""
+    model_settings = {k: settings[k] for k in ("vocab_size", "d_model", "num_heads", "num_layers", "context")}
+    torch.manual_seed(seed)
+    model = LanguageModel(**model_settings)
+    history = fit(
+        model,
+        batch_sampler(train_ids, settings["batch_size"], settings["context"]),
+        steps=settings["steps"],
+        lr=settings["lr"],
+        warmup=settings["warmup"],
+        seed=seed,
+        evaluate=lambda: {"validation loss": evaluate_loss(model, valid_ids, settings["context"])},
+        eval_every=eval_every or settings["steps"],
+        progress=progress,
+    )
+    return model, history
+
+
+# ---------------------------------------------------------------- the stored model
+
+
+def trained_results():
+    """What ``scripts/train_language_model.py`` stored: settings, losses per seed, baselines."""
+    return json.loads(data_path(SETTINGS_FILE).read_text())
+
+
+def load_trained_model(seed=0):
+    """(model in eval mode, tokenizer) trained by ``scripts/train_language_model.py`` with ``seed``."""
+    results = trained_results()
+    if seed not in results["seeds"]:
+        raise ValueError(f"stored runs have seeds {results['seeds']}, got {seed!r}")
+    settings = results["settings"]
+    tokenizer = CharTokenizer(results["characters"])
+    model = LanguageModel(**{k: settings[k] for k in ("vocab_size", "d_model", "num_heads", "num_layers", "context")})
+    state = torch.load(data_path(weights_file(seed)), map_location="cpu", weights_only=True)
+    model.load_state_dict({name: value.float() for name, value in state.items()})
+    return model.eval(), tokenizer
