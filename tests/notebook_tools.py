@@ -58,12 +58,28 @@ def execute(path, inject=False, timeout=300):
     return nb
 
 
-def execute_with_reruns(path, inject=False, timeout=300):
-    """Run a notebook in a fresh kernel, running every code cell twice in a row.
+# Run in the kernel, outside the notebook's cells: keep the names Run All left behind, and
+# put them back before each re-run, so every cell is re-run alone in the state after Run All
+# (IPython's own history names, _ _i1 In Out ..., are left alone).
+_SNAPSHOT = """
+__scroll_back__ = {k: v for k, v in globals().items()
+                   if not (k.startswith("__") or k in ("In", "Out", "_", "_oh", "_ih", "_dh", "exit", "quit")
+                           or __import__("re").fullmatch(r"_i*\\d*|_i+", k))}
+"""
+_RESTORE = "globals().update(__scroll_back__)"
 
-    A learner re-runs cells all the time (Shift+Enter twice, or after fixing an
-    exercise), so each cell must survive a second run. Returns the notebook with the
-    first run's outputs and {cell index: the cell after its second run}.
+
+def execute_then_rerun_each_cell(path, inject=False, timeout=300):
+    """Run All in a fresh kernel, then re-run every code cell alone, in order, in that kernel.
+
+    After Run All a learner scrolls back and re-runs one earlier cell (to look at it
+    again, or after fixing an exercise): that cell sees the names every later section
+    has set, and its own earlier output must come back. Before each re-run the names
+    are bound again to what Run All left (objects changed in place stay changed), so
+    each cell is tested alone, not after the cells above it ran again. Two executions
+    in all: training cells run twice, never three times. Returns the notebook with
+    Run All's outputs and {cell index: (the cell after its re-run, its error or None)}.
+    A cell that fails during Run All raises AssertionError naming it.
     """
     import copy
 
@@ -76,21 +92,28 @@ def execute_with_reruns(path, inject=False, timeout=300):
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK_DIR)}}
     )
-    second_runs = {}
+    code = [(index, cell) for index, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    reruns = {}
     with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
+        for index, cell in code:
+            try:
+                client.execute_cell(cell, index)
+            except CellExecutionError as e:
+                raise AssertionError(f"{Path(path).name} cell {index} fails during Run All:\n{e}") from None
+        last = code[-1][0] if code else 0
+        client.execute_cell(nbformat.v4.new_code_cell(_SNAPSHOT), last, store_history=False)
+        for index, cell in code:
+            client.execute_cell(nbformat.v4.new_code_cell(_RESTORE), index, store_history=False)
             again = copy.deepcopy(cell)
-            for run, target in (("first", cell), ("second", again)):
-                try:
-                    client.execute_cell(target, index)
-                except CellExecutionError as e:
-                    raise AssertionError(
-                        f"{Path(path).name} cell {index} fails on its {run} run (every cell before it ran twice):\n{e}"
-                    ) from None
-            second_runs[index] = again
-    return nb, second_runs
+            error = None
+            try:
+                client.execute_cell(again, index)
+            except CellExecutionError as e:
+                error = str(e)
+            reruns[index] = (again, error)
+        for index, cell in code:
+            nb.cells[index] = cell  # execute_cell stores the cell it ran in the notebook: keep Run All's
+    return nb, reruns
 
 
 def output_text(cell):

@@ -1,10 +1,13 @@
-"""'Run All' with every exercise solved, each code cell run twice in a row.
+"""'Run All' with every exercise solved, then every code cell re-run alone, in order.
 
-The notebook runs to the end, every check passes, and every cell survives being
-run a second time (what a learner does constantly): no error, and the same output
-unless the cell is marked NBVAL_IGNORE_OUTPUT (timings). A cell that draws from the
-global random state, retrains an already trained model or appends to a table again
-fails here. (nbval runs the notebooks as committed, with the stubs unsolved.)
+The notebook runs to the end and every check passes. Then, as a learner does who
+scrolls back after Run All, each code cell is run once more on its own, top to
+bottom, in the same kernel: it must run without error and print what it printed
+during Run All, unless it starts with NBVAL_IGNORE_OUTPUT (timings). A cell breaks
+here when a later section reassigns a name it uses (give each section names of its
+own, or put the work in a function), when it draws from the global random state
+(seed inside the cell), or when it retrains a model or appends to a table again.
+Two executions in all. (nbval runs the notebooks as committed, with the stubs unsolved.)
 """
 
 import re
@@ -12,7 +15,12 @@ import re
 import nbformat
 
 from course_utils.exercises import exercise_ids
-from tests.notebook_tools import execute_with_reruns, exercise_cells, lesson_notebooks, output_text
+from tests.notebook_tools import execute_then_rerun_each_cell, exercise_cells, lesson_notebooks, output_text
+
+HINT = (
+    "a later section reassigns a name this cell uses (give each section names of its own, or a function); "
+    "or the cell draws from the global random state (seed it inside the cell) or changes state it reads"
+)
 
 
 def _varies_by_design(cell):
@@ -20,22 +28,37 @@ def _varies_by_design(cell):
     return first.strip().lstrip("#").strip() in {"NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP"}
 
 
-def _run_all_solved_and_every_cell_twice(nb_path):
-    nb, second_runs = execute_with_reruns(nb_path, inject=True)
+def _excerpt(text, limit=600):
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters]"
+
+
+def rerun_failures(nb, reruns):
+    """One report per cell whose re-run after Run All fails or prints something else."""
+    failures = []
+    for index, (again, error) in reruns.items():
+        first = nb.cells[index]
+        if error is None and (_varies_by_design(first) or output_text(again) == output_text(first)):
+            continue
+        what = "fails" if error is not None else "prints something else"
+        second = _excerpt(output_text(again))  # an error shows as its last line, "KeyError: 'a'"
+        failures.append(
+            f"cell {index} {what} when re-run alone after Run All.\n"
+            f"Hint: {HINT}.\n--- the cell:\n{_excerpt(first.source, 400)}\n"
+            f"--- during Run All it printed:\n{_excerpt(output_text(first))}\n"
+            f"--- re-run alone it printed:\n{second}"
+        )
+    return failures
+
+
+def _run_all_solved_then_each_cell_again(nb_path):
+    nb, reruns = execute_then_rerun_each_cell(nb_path, inject=True)
     text = "\n".join(output_text(c) for c in nb.cells if c.cell_type == "code")
     ids = {c.metadata["exercise_id"] for c in exercise_cells(nb)}
     for ex_id in ids:
         assert f"PASSED [{ex_id}]" in text, f"{nb_path.name}: check for {ex_id!r} did not pass with the solution"
     assert "NOT YET" not in text and "NOT ATTEMPTED" not in text
-    for index, again in second_runs.items():
-        first = nb.cells[index]
-        if _varies_by_design(first):
-            continue
-        assert output_text(again) == output_text(first), (
-            f"{nb_path.name} cell {index} prints something else when run a second time "
-            f"(seed it inside the cell, or build its state afresh):\n{first.source[:300]}\n"
-            f"--- first run:\n{output_text(first)[:600]}\n--- second run:\n{output_text(again)[:600]}"
-        )
+    failures = rerun_failures(nb, reruns)
+    assert not failures, f"{nb_path.name}: {len(failures)} cell(s) break on scrolling back:\n\n" + "\n\n".join(failures)
 
 
 # One test class per notebook: pytest-xdist's loadscope spreads classes over the workers
@@ -43,7 +66,9 @@ def _run_all_solved_and_every_cell_twice(nb_path):
 for _path in lesson_notebooks():
     _name = "TestRunAll_" + re.sub(r"\W", "_", _path.stem)
     globals()[_name] = type(
-        _name, (), {"test_solved_and_every_cell_twice": lambda self, p=_path: _run_all_solved_and_every_cell_twice(p)}
+        _name,
+        (),
+        {"test_solved_then_each_cell_rerun_alone": lambda self, p=_path: _run_all_solved_then_each_cell_again(p)},
     )
 
 
@@ -53,3 +78,25 @@ def test_every_exercise_appears_in_a_lesson():
     }
     missing = set(exercise_ids()) - used
     assert not missing, f"exercises with a checker but no notebook cell: {sorted(missing)}"
+
+
+def test_a_cell_broken_by_a_later_section_is_named_with_both_outputs(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("tokens = [1, 2, 3]\nprint(len(tokens))"),  # 0: fine
+        nbformat.v4.new_code_cell("print(sum(tokens))"),  # 1: later section rebinds tokens
+        nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nimport time\nprint(time.time())"),  # 2: varies, allowed
+        nbformat.v4.new_code_cell("weights = {'a': 1}"),  # 3: fine
+        nbformat.v4.new_code_cell("print(weights['a'])"),  # 4: fails once weights loses 'a'
+        nbformat.v4.new_markdown_cell("## A later section"),
+        nbformat.v4.new_code_cell("tokens = [10]\nweights = {}\nprint('later')"),  # 6: fine
+    ]
+    path = tmp_path / "scroll_back.ipynb"
+    nbformat.write(nb, path)
+    ran, reruns = execute_then_rerun_each_cell(path)
+    failures = rerun_failures(ran, reruns)
+    assert len(failures) == 2, failures
+    assert failures[0].startswith("cell 1 prints something else")
+    assert "during Run All it printed:\n6\n" in failures[0] and "re-run alone it printed:\n10\n" in failures[0]
+    assert failures[1].startswith("cell 4 fails") and "re-run alone it printed:\nKeyError: 'a'" in failures[1]
+    assert all("a later section reassigns a name this cell uses" in f for f in failures)
