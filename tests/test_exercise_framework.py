@@ -146,3 +146,29 @@ def test_an_exercise_id_registered_twice_is_an_error():
     with pytest.raises(ValueError, match="registered twice"):
         exercise("normalise_scores", solution=lambda s: s)(lambda candidate: None)
     assert _REGISTRY["normalise_scores"] is before  # the first registration stays
+
+
+def test_not_right_shows_the_first_differing_position_not_the_first_values():
+    import pytest
+
+    expected = torch.arange(24.0).reshape(2, 3, 4)
+    got = expected.clone()
+    got[1, 0, 2] += 3.0
+    got[1, 2, 3] += 5.0
+    with pytest.raises(Mistake) as caught:
+        diagnose(got, expected)
+    message = str(caught.value)
+    assert "largest difference 5 (at index [1, 2, 3])" in message
+    assert "first difference is at index [1, 0, 2]" in message
+    assert "expected: [14, 15]" in message and "got:      [17, 15]" in message
+    assert "[0, 1, 2" not in message  # not the first (identical) values
+
+
+def test_not_right_with_nan_where_the_reference_has_nan_elsewhere():
+    import pytest
+
+    expected = torch.tensor([[float("nan"), 1.0, 2.0]])
+    got = torch.tensor([[float("nan"), 1.0, float("nan")]])
+    with pytest.raises(Mistake) as caught:
+        diagnose(got, expected)
+    assert "first difference is at index [0, 2]" in str(caught.value)

@@ -28,6 +28,7 @@ __all__ = [
     "explain_exception",
     "expect_tensor",
     "diagnose",
+    "first_difference",
     "describe",
     "describe_arguments",
     "close",
@@ -405,11 +406,37 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
     if not torch.isfinite(got).all() and torch.isfinite(expected).all():
         advice = nonfinite_advice or "large inputs overflow exp()? subtract the row maximum first."
         raise Mistake(f"your {what} contains NaN or inf where the reference has none{where}: {advice}")
-    diff = (got.double() - expected.double()).abs().max().item()
-    raise Mistake(
-        f"the {what} is not right{where}: largest difference {diff:.3g}.\n"
-        f"expected: {describe(expected)}\n"
-        f"got:      {describe(got)}"
+    raise Mistake(f"the {what} is not right{where}: {first_difference(got, expected, atol, rtol)}")
+
+
+def first_difference(got, expected, atol=1e-5, rtol=1e-4):
+    """The largest difference, and the values of both from the first position where they differ.
+
+    The first values of a tensor are often right (position 0 of RoPE, the first row of a causal
+    mask): the place where the numbers part tells the learner more."""
+    g, e = got.detach().double().cpu(), expected.detach().double().cpu()
+    differs = ~torch.isclose(g, e, atol=atol, rtol=rtol, equal_nan=True)
+    gap = torch.where(differs, (g - e).abs().nan_to_num(float("inf")), torch.zeros_like(g))
+    if g.dim() == 0 or not differs.any():
+        return f"largest difference {gap.max().item():.3g}.\nexpected: {describe(expected)}\ngot:      {describe(got)}"
+    first = [int(i) for i in differs.nonzero()[0]]
+    largest = [int(i) for i in torch.unravel_index(gap.argmax(), gap.shape)]
+    row = tuple(first[:-1])
+    end = min(first[-1] + 4, g.shape[-1])
+
+    def values(t):
+        shown = ", ".join(f"{v:.4g}" for v in t[row][first[-1] : end].tolist())
+        return f"[{shown}{', ...' if end < t.shape[-1] else ''}]"
+
+    dtype = str(got.dtype).removeprefix("torch.")
+    if got.dtype != expected.dtype:
+        dtype += f", the reference {str(expected.dtype).removeprefix('torch.')}"
+    kind = f"shape {tuple(got.shape)}, {dtype}"
+    return (
+        f"largest difference {gap.max().item():.3g} (at index {largest}).\n"
+        f"The first difference is at index {first}; from there along the last axis ({kind}):\n"
+        f"expected: {values(e)}\n"
+        f"got:      {values(g)}"
     )
 
 
