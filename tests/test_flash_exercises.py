@@ -107,9 +107,13 @@ def learner_lse(
     add_m=True,
     whole_block_max=False,
     axis=-1,
+    keep_max=True,
 ):
     """Kept with keepdim=True ([..., L_q, 1]) and squeezed at the end, unlike the reference."""
-    m = torch.full((*score_blocks[0].shape[:-1], 1), start, dtype=score_blocks[0].dtype)
+    if start == "first":
+        m = score_blocks[0].amax(dim=-1, keepdim=True)
+    else:
+        m = torch.full((*score_blocks[0].shape[:-1], 1), start, dtype=score_blocks[0].dtype)
     l = torch.zeros_like(m)  # noqa: E741
     for block in score_blocks:
         if not subtract_max:
@@ -125,7 +129,7 @@ def learner_lse(
         alpha = {"right": exp(m - m_new), "inverted": exp(m_new - m), "none": torch.ones_like(m)}[rescale]
         fresh = exp(block - m_new).sum(-1, keepdim=True)
         l = l * alpha + fresh if accumulate else fresh  # noqa: E741
-        m = m_new
+        m = m_new if keep_max else m
     if not subtract_max:
         return log(l).squeeze(-1)
     return (m + log(l) if add_m else log(l)).squeeze(-1)
@@ -164,6 +168,8 @@ def test_per_block_logsumexp_combined_with_logaddexp_passes():
         (dict(accumulate=False), ex.LSE_LAST_BLOCK),
         (dict(axis=-2), ex.LSE_WRONG_AXIS),
         (dict(whole_block_max=True), ex.LSE_SHARED_MAX),
+        (dict(keep_max=False), ex.LSE_MAX_FROZEN),
+        (dict(keep_max=False, start="first"), ex.LSE_MAX_FROZEN),
     ],
     ids=lambda p: str(p)[:40],
 )
@@ -369,3 +375,66 @@ def test_max_with_dim_used_as_a_tensor_is_explained():
         return m + torch.log(l)
 
     assert_caught("running_logsumexp", max_pair, "gives values and indices")
+
+
+def test_a_running_maximum_never_updated_is_not_called_no_maximum():
+    for kwargs in (dict(keep_max=False), dict(keep_max=False, start="first")):
+        result = check("running_logsumexp", _lse(**kwargs), quiet=True)
+        assert ex.LSE_OVERFLOW not in result.message and "without subtracting" not in result.message, result.message
+
+
+def test_the_last_m_new_with_m_never_updated_names_both_causes():
+    def returns_m_new(score_blocks):  # `m = m_new` missing, and m_new + log(l) returned
+        m = torch.full(score_blocks[0].shape[:-1], -INF, dtype=score_blocks[0].dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        for block in score_blocks:
+            m_new = torch.maximum(m, block.amax(dim=-1))
+            l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(-1)  # noqa: E741
+        return m_new + torch.log(l)
+
+    result = check("running_logsumexp", returns_m_new, quiet=True)
+    assert ex.LSE_LAST_BLOCK in result.message and ex.LSE_MAX_FROZEN in result.message, result.message
+
+
+def _two_passes(score_blocks):
+    """Right, stable, but not online: a first pass for the maximum, a second for the sum."""
+    m = score_blocks[0].amax(dim=-1)
+    for block in score_blocks:
+        m = torch.maximum(m, block.amax(dim=-1))
+    l = sum(torch.exp(block - m[..., None]).sum(dim=-1) for block in score_blocks)  # noqa: E741
+    return m + torch.log(l)
+
+
+def _two_passes_after_a_copy(score_blocks):
+    blocks = list(score_blocks)
+    m = torch.stack([block.amax(dim=-1) for block in blocks]).amax(dim=0)
+    return m + torch.log(torch.stack([torch.exp(block - m[..., None]).sum(dim=-1) for block in blocks]).sum(0))
+
+
+@pytest.mark.parametrize("candidate", [_two_passes, _two_passes_after_a_copy])
+def test_two_passes_over_the_blocks_are_caught(candidate):
+    assert_caught("running_logsumexp", candidate, ex.LSE_TWO_PASSES)
+
+
+def test_one_pass_that_reads_a_block_several_times_in_a_row_or_the_first_block_often_passes():
+    def indexed(score_blocks):
+        first = score_blocks[0]
+        m = torch.full(first.shape[:-1], -INF, dtype=first.dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        for i in range(len(score_blocks)):
+            m_new = torch.maximum(m, score_blocks[i].amax(dim=-1))
+            zero = torch.zeros_like(score_blocks[0][..., 0])  # the first block again, for its shape
+            l = l * torch.exp(m - m_new) + torch.exp(score_blocks[i] - m_new[..., None]).sum(dim=-1) + zero  # noqa: E741
+            m = m_new
+        return m + torch.log(l)
+
+    assert_passes("running_logsumexp", indexed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_running_logsumexp_that_returns_float32_for_low_precision_scores_is_caught(dtype):
+    def in_float32(score_blocks):  # float32 arithmetic, and the result left in float32
+        return learner_lse([b.float() if b.dtype == dtype else b for b in score_blocks])
+
+    result = check("running_logsumexp", in_float32, quiet=True)
+    assert not result.passed and "dtype" in result.message and str(dtype).removeprefix("torch.") in result.message

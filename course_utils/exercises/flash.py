@@ -17,9 +17,11 @@ and named when the learner's output matches it. Whether the learner really reads
 block at a time is checked by watching the tensors their code creates, as in lesson 07.
 """
 
+import functools
 import math
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from course_utils.exercises import exercise
 from course_utils.exercises.attention_basics import MAX_IS_A_PAIR
@@ -52,6 +54,8 @@ LSE_SHARED_MAX = "you kept one running maximum shared by all queries"
 LSE_KEEPDIM = "keepdim=True"
 LSE_PAIR = "return the logsumexp itself"
 LSE_WHOLE_ROW = "you joined the blocks into whole rows"
+LSE_TWO_PASSES = "you went over the blocks twice"
+LSE_MAX_FROZEN = "your running maximum never changes"
 
 BB_NO_SCALE_DQ = "you forgot the scale in dq_i"
 BB_NO_SCALE_DK = "you forgot the scale in dk_j"
@@ -116,11 +120,16 @@ def _lse_variant(
     add_m=True,
     shared_max=False,
     max_axis=-1,
+    keep_max=True,
 ):
-    """running_logsumexp with one planted mistake (log/exp: 'e' or '2'; rescale: 'right', 'none', 'inverted')."""
+    """running_logsumexp with one planted mistake (log/exp: 'e' or '2'; rescale: 'right', 'none', 'inverted';
+    max_start: a number, or "first" for the first block's maximum; keep_max=False: `m = m_new` is missing)."""
     exp_fn = torch.exp if exp == "e" else torch.exp2
     log_fn = torch.log if log == "e" else torch.log2
-    m = blocks[0].new_full(blocks[0].shape[:-1], max_start)
+    if isinstance(max_start, str):
+        m = blocks[0].amax(dim=-1)
+    else:
+        m = blocks[0].new_full(blocks[0].shape[:-1], max_start)
     total = torch.zeros_like(m)
     for s in blocks:
         block_max = s.amax() if shared_max else s.amax(dim=max_axis)
@@ -133,7 +142,7 @@ def _lse_variant(
         factor = {"right": exp_fn(m - m_new), "none": 1.0, "inverted": exp_fn(m_new - m)}[rescale]
         fresh = exp_fn(s - m_new[..., None]).sum(dim=-1)
         total = total * factor + fresh if accumulate else fresh
-        m = m_new
+        m = m_new if keep_max else m
     return m + log_fn(total) if add_m else log_fn(total)
 
 
@@ -163,7 +172,13 @@ def _lse_cases():
         ("scores [4, 11]: a first block around +50, then blocks around -50 (blocks of 5)", falling, 5),
         ("causal scores [6, 6] (-inf above the diagonal), blocks of 4", _causal_scores(6, 6, g), 4),
         ("float64 scores [2, 5, 13], blocks of 6", torch.randn(2, 5, 13, generator=g, dtype=torch.float64) * 5, 6),
+        ("float16 scores [3, 10], blocks of 4", (torch.randn(3, 10, generator=g) * 3).half(), 4),
+        ("bfloat16 scores [2, 3, 9] around +100, blocks of 4", (torch.randn(2, 3, 9, generator=g) + 100).bfloat16(), 4),
     ]
+
+
+# (atol, rtol) by dtype: scores around 1000 in float32 keep about 7 digits; float16 about 3, bfloat16 2
+_LSE_TOLERANCE = {torch.float16: (4e-3, 2e-3), torch.bfloat16: (5e-2, 1e-2)}
 
 
 def _lse_mistakes(blocks):
@@ -207,8 +222,21 @@ def _lse_mistakes(blocks):
             v(blocks, rescale="inverted"),
         ),
         (
-            f"{LSE_LAST_BLOCK}: you replaced the running sum by the latest block's sum instead of adding to "
-            f"it: l = l * exp(m_old - m_new) + sum exp(s - m_new).",
+            f"{LSE_MAX_FROZEN} (`m = m_new` is missing at the end of the loop): m stays at -inf, so "
+            f"exp(m - m_new) = 0 wipes the running sum at every block and m + log(l) = -inf. After adding a "
+            f"block, set m = m_new.",
+            v(blocks, keep_max=False),
+        ),
+        (
+            f"{LSE_MAX_FROZEN} after the first block (`m = m_new` is missing at the end of the loop): the "
+            f"running sum is measured against m_new, but you add back the old m. After adding a block, set "
+            f"m = m_new.",
+            v(blocks, keep_max=False, max_start="first"),
+        ),
+        (
+            f"{LSE_LAST_BLOCK}: either you replaced the running sum by the latest block's sum instead of adding "
+            f"to it (l = l * exp(m_old - m_new) + sum exp(s - m_new)), or {LSE_MAX_FROZEN} (`m = m_new` is "
+            f"missing), so exp(m - m_new) = 0 wipes the sum at every block.",
             v(blocks, accumulate=False),
         ),
         (
@@ -292,6 +320,63 @@ def _check_lse_blocks(candidate):
             )
 
 
+class _BlockReads(TorchFunctionMode):
+    """Records which block each torch operation reads (by the identity of the block tensors)."""
+
+    def __init__(self, blocks):
+        super().__init__()
+        self.index = {id(b): i for i, b in enumerate(blocks)}
+        self.reads = []  # block indices, in the order the operations used them
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        for a in (*args, *(kwargs or {}).values()):
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if isinstance(t, torch.Tensor) and id(t) in self.index:
+                    self.reads.append(self.index[id(t)])
+        return func(*args, **(kwargs or {}))
+
+
+def _block_read_again(reads):
+    """(block, block read in between) for the first block read again after another block, else None.
+
+    Block 0 may be read any time (its shape, dtype and device make the running state), so it
+    never counts; a block read by several operations in a row is one visit. Three blocks or
+    more are needed to see a second pass."""
+    last_seen = {}
+    for position, block in enumerate(reads):
+        if block != 0 and block in last_seen:
+            between = [b for b in reads[last_seen[block] + 1 : position] if b not in (0, block)]
+            if between:
+                return block, between[0]
+        last_seen[block] = position
+    return None
+
+
+def _check_lse_one_pass(candidate):
+    """The candidate must visit each block once, left to right: FlashAttention computes a block of
+    scores, uses it and drops it, so a first pass for the maximum and a second for the sum would
+    compute every block twice."""
+    blocks = list(torch.randn(2, 5, 15, generator=generator(16)).split(5, dim=-1))
+    reads = _BlockReads(blocks)
+
+    @functools.wraps(candidate)
+    def watched(*args, **kwargs):  # only the candidate's own reads count (not `call` showing the arguments)
+        with reads:
+            return candidate(*args, **kwargs)
+
+    call(watched, blocks)
+    again = _block_read_again(reads.reads)
+    if again is not None:
+        block, other = again
+        raise Mistake(
+            f"{LSE_TWO_PASSES} (block {block} was read again after block {other}): the result is right, but in "
+            f"FlashAttention each block of scores is computed on the fly, used once and dropped, so a first "
+            f"pass for the maximum and a second for the sum would compute every score twice. Do it in one "
+            f"pass: keep a running maximum m and, when a block raises it, rescale the running sum l by "
+            f"exp(m_old - m_new)."
+        )
+
+
 @exercise(
     "running_logsumexp",
     solution=running_logsumexp,
@@ -321,19 +406,19 @@ def check_running_logsumexp(candidate):
         if got.dtype != scores.dtype:
             raise Mistake(f"the result should keep the scores' dtype {scores.dtype}, but it is {got.dtype}.")
         expect_plain(got, scores.device, f"logsumexp for {description}")
-        # scores around 1000: float32 keeps about 7 digits, so 1e-6 relative
         diagnose(
             got,
             expected,
             _lse_mistakes(blocks),
             what="logsumexp",
-            atol=1e-5,
-            rtol=1e-6,
+            atol=_LSE_TOLERANCE.get(scores.dtype, (1e-5, 1e-6))[0],
+            rtol=_LSE_TOLERANCE.get(scores.dtype, (1e-5, 1e-6))[1],
             context=description,
             nonfinite_advice=f"{LSE_OVERFLOW} or log(0) happened. Subtract the running maximum (start it at "
             "-inf, update it to max(m, block max)) before exp(), and rescale the sum when the maximum changes.",
         )
     _check_lse_blocks(candidate)
+    _check_lse_one_pass(candidate)
 
 
 # --------------------------------------------------------------------------- block_backward
