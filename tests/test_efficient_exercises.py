@@ -25,15 +25,19 @@ def learner_online_softmax(
     start_max=-math.inf,
     global_max=False,
     fixed_block=None,
+    keep_max=True,
 ):
     size = fixed_block or block_size
     blocks = list(torch.split(x, size, dim=-1))
     if lost_last and blocks[-1].shape[-1] < size:
         blocks = blocks[:-1]
-    m = torch.full(x.shape[:-1] + (1,), start_max)
+    if start_max == "first":
+        m = blocks[0].amax(dim=-1, keepdim=True)
+    else:
+        m = torch.full(x.shape[:-1] + (1,), start_max, dtype=x.dtype)
     if global_max:
         m = x.amax(dim=-1, keepdim=True)
-    total = torch.zeros(x.shape[:-1] + (1,))
+    total = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
     for block in blocks:
         if not subtract_max:
             total = total + block.exp().sum(-1, keepdim=True)
@@ -44,7 +48,7 @@ def learner_online_softmax(
         elif rescale == "inverted":
             total = total * (m_block - m).exp()
         total = total + (block - m_block).exp().sum(-1, keepdim=True)
-        m = m_block
+        m = m_block if keep_max else m
     if not subtract_max:
         return x.exp() / total
     return (x - m).exp() / total
@@ -76,6 +80,8 @@ def test_online_softmax_stub_is_not_attempted():
         (dict(start_max=0.0), ex.OS_MAX_AT_ZERO),
         (dict(global_max=True), ex.OS_WHOLE_ROW),
         (dict(fixed_block=16), ex.OS_WIDE_BLOCKS),
+        (dict(keep_max=False), ex.OS_MAX_FROZEN),
+        (dict(keep_max=False, start_max="first"), ex.OS_MAX_FROZEN),
     ],
     ids=lambda p: str(p)[:40],
 )
@@ -299,3 +305,18 @@ def _non_contiguous(t):
 def test_non_contiguous_outputs_pass():
     assert _online(lambda x, block_size: _non_contiguous(learner_online_softmax(x, block_size))).passed
     assert _tiled(lambda q, k, v, block_size: _non_contiguous(learner_tiled(q, k, v, block_size))).passed
+
+
+def test_online_softmax_with_a_running_maximum_never_updated_is_not_called_overflow():
+    for kwargs in (dict(keep_max=False), dict(keep_max=False, start_max="first")):
+        result = _online(lambda x, block_size, kw=kwargs: learner_online_softmax(x, block_size, **kw))
+        assert ex.OS_OVERFLOW not in result.message and ex.OS_MAX_FROZEN in result.message, result.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_online_softmax_that_loses_the_dtype_is_caught(dtype):
+    def in_float32(x, block_size):  # float32 arithmetic, the result left in float32
+        return learner_online_softmax(x.float() if x.dtype == dtype else x, block_size)
+
+    result = _online(in_float32)
+    assert not result.passed and str(dtype) in result.message, result.message

@@ -38,6 +38,7 @@ OS_WHOLE_ROW = "you reduced over the whole row at once"
 OS_WIDE_BLOCKS = "your blocks are wider than block_size"
 OS_ONE_FOR_ALL_ROWS = "you kept one running maximum and one sum for all rows together"
 OS_SHARED_MAX = "you kept one running maximum shared by all rows"
+OS_MAX_FROZEN = "your running maximum never changes"
 
 T_NO_RESCALE = "you did not rescale the running sum and the output"
 T_NO_RESCALE_OUT = "you rescaled the running sum but not the output"
@@ -104,11 +105,22 @@ def _watch(candidate, *args):
 
 
 def _online_softmax_variant(
-    x, block_size, rescale="right", lost_last=False, use_max=True, max_start=float("-inf"), shared_max=False
+    x,
+    block_size,
+    rescale="right",
+    lost_last=False,
+    use_max=True,
+    max_start=float("-inf"),
+    shared_max=False,
+    keep_max=True,
 ):
-    """online softmax with one planted mistake (rescale: 'right', 'none' or 'inverted')."""
+    """online softmax with one planted mistake (rescale: 'right', 'none' or 'inverted'; max_start: a number
+    or "first", the first block's maximum; keep_max=False: `m = m_new` is missing)."""
     n = x.shape[-1]
-    running_max = x.new_full((*x.shape[:-1], 1), max_start)
+    if isinstance(max_start, str):
+        running_max = x[..., :block_size].amax(dim=-1, keepdim=True)
+    else:
+        running_max = x.new_full((*x.shape[:-1], 1), max_start)
     running_sum = x.new_zeros((*x.shape[:-1], 1))
     stop = n - n % block_size if lost_last else n
     for start in range(0, stop, block_size):
@@ -119,7 +131,7 @@ def _online_softmax_variant(
             rescale
         ]
         running_sum = running_sum * factor + torch.exp(block - new_max).sum(dim=-1, keepdim=True)
-        running_max = new_max
+        running_max = new_max if keep_max else running_max
     return torch.exp(x - running_max) / running_sum
 
 
@@ -144,7 +156,14 @@ def _online_softmax_cases():
             torch.randn(3, 10, generator=g) + torch.tensor([[1000.0], [0.0], [-1000.0]]),
             4,
         ),
+        ("float64 [2, 9] rows, block_size=4", torch.randn(2, 9, generator=g, dtype=torch.float64) * 3, 4),
+        ("float16 [3, 10] rows, block_size=4", (torch.randn(3, 10, generator=g) * 3).half(), 4),
+        ("bfloat16 [2, 11] rows around +100, block_size=4", (torch.randn(2, 11, generator=g) + 100).bfloat16(), 4),
     ]
+
+
+# (atol, rtol) by dtype: float16 keeps about 3 digits, bfloat16 about 2
+_LOW_PRECISION_TOLERANCE = {torch.float16: (1e-3, 5e-3), torch.bfloat16: (8e-3, 3e-2)}
 
 
 def _online_softmax_mistakes(x, block_size):
@@ -171,6 +190,18 @@ def _online_softmax_mistakes(x, block_size):
             f"(m_old = -inf) and 0 * inf = NaN. A larger maximum makes every old exp(x - m) smaller, so the "
             f"factor is exp(m_old - m_new) (at most 1).",
             _online_softmax_variant(x, block_size, rescale="inverted"),
+        ),
+        (
+            f"{OS_MAX_FROZEN} (`m = m_new` is missing at the end of the loop): m stays at -inf, so "
+            f"exp(m - m_new) = 0 wipes the running sum at every block and exp(x - m) = exp(inf) = inf at the "
+            f"end. After adding a block, set m = m_new.",
+            _online_softmax_variant(x, block_size, keep_max=False),
+        ),
+        (
+            f"{OS_MAX_FROZEN} after the first block (`m = m_new` is missing at the end of the loop): the sum is "
+            f"measured against m_new, but exp(x - m) at the end uses the old m. After adding a block, set "
+            f"m = m_new.",
+            _online_softmax_variant(x, block_size, keep_max=False, max_start="first"),
         ),
     ]
     if x.dim() > 1:
@@ -245,11 +276,14 @@ def check_online_softmax(candidate):
         if got.dtype != x.dtype:
             raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
         expect_plain(got, x.device, f"result for {description}")
+        atol, rtol = _LOW_PRECISION_TOLERANCE.get(x.dtype, (1e-5, 1e-4))
         diagnose(
             got,
             expected,
             _online_softmax_mistakes(x, block_size),
             what="result",
+            atol=atol,
+            rtol=rtol,
             context=description,
             nonfinite_advice=f"{OS_OVERFLOW} or 0/0 happened. Subtract the running maximum (start it at -inf) "
             "before exp(), and rescale the sum when the maximum changes.",
