@@ -1,34 +1,59 @@
 """Grade learners' notebooks: run copies, then call the checkers on the learners' own functions.
 
     make grade                                  # notebooks/, report in artifacts/grade/
-    make grade NOTEBOOKS_DIR=submissions/ana ALLOW_NOT_ATTEMPTED=1
-    python -m course_utils.grade FOLDER [--out DIR] [--allow-not-attempted]
+    make grade NOTEBOOKS_DIR=submissions ALLOW_NOT_ATTEMPTED=1 GRADE_TIME_LIMIT=120
+    python -m course_utils.grade FOLDER [--out DIR] [--allow-not-attempted] [--time-limit SECONDS]
+
+FOLDER holds one learner's notebooks, or one folder per learner (``submissions/<name>/``): every
+learner is graded in the same run, with a report of their own (``<out>/<name>/grade.md`` and
+``grade.json``) and one row in ``<out>/gradebook.csv`` (one column per exercise, then the totals),
+which opens in a spreadsheet or imports into a learning platform.
 
 Each notebook is copied to a temporary folder and run there in a fresh kernel (the originals are
 never touched). After the learner's cells, the grader re-imports the course's checkers (so a notebook
 cannot patch them) and checks the function or class each exercise cell defines. What a notebook
 prints is never read as a result: a check cell that was edited, or that prints "PASSED" itself,
-changes nothing. A cell that raises stops that notebook (reported with the cell); the exercises
-defined before it are still graded, and grading goes on with the next notebook.
-Exit status: 0 when every exercise passed (or, with --allow-not-attempted, was not attempted yet).
+changes nothing. Functions the checks compare with (``torch.allclose``, ``torch.equal``, ...) are
+recorded before the learner's first cell and put back before each check; a notebook that replaced
+them is reported as tampered (course_utils/tamper_guard.py).
+
+One notebook never costs the others: a cell that raises stops that notebook (the exercises defined
+before it are still graded); a notebook whose cells run longer than the time limit is interrupted
+("timed out", the exercises defined so far still graded); a kernel that dies ("kernel died") or a
+file that is not a notebook ("not a notebook") is recorded, and grading goes on with the next. The
+reports are rewritten after every notebook, so an interrupted run keeps what it graded.
+Exit status: 0 when every notebook ran and every exercise passed (or, with --allow-not-attempted,
+was not attempted yet); 1 otherwise.
 """
 
 import argparse
+import csv
 import json
+import math
 import re
 import secrets
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
 
+from course_utils.progress import lesson_notebooks
+
 ROOT = Path(__file__).resolve().parent.parent
 OK = {"passed"}
+TIME_LIMIT_S = 300  # a notebook's own cells, all together; the checks after them have their own limits
+CHECK_BUDGET_S = 60  # the grading cell: per exercise (each check stops learner code after 30 s)
+
+# Runs first, before the learner's cells: the originals of what the checks compare with.
+# {token} is new each run, so no notebook can know the names.
+_GUARD_CELL = "import course_utils.tamper_guard as _guard_{token}\n_restore_{token} = _guard_{token}.restore"
 
 # Runs in the learner's kernel after their cells. {marker} is new each run, so no notebook can print it.
 _GRADER_CELL = """
+_replaced_{token} = _restore_{token}()  # first of all: the originals back (print, json, torch, ...)
 import json as _json, sys as _sys
 for _name in [m for m in _sys.modules if m.startswith("course_utils.exercises")]:
     del _sys.modules[_name]  # fresh checkers, whatever the notebook did to the loaded ones
@@ -38,79 +63,200 @@ for _id, _name in {items!r}:
     if _name not in globals():
         _grades[_id] = ("not run yet", f"`{{_name}}` is not defined: its exercise cell did not run")
         continue
-    _r = _grade_check(_id, globals()[_name], quiet=True)
+    _r = _guard_{token}.guarded(_grade_check, _id, globals()[_name], quiet=True)
     _grades[_id] = (_r.status, _r.message)
-print("{marker}" + _json.dumps(_grades))
+_replaced_{token} += [n for n in _restore_{token}() if n not in _replaced_{token}]
+print("{marker}" + _json.dumps({{"grades": _grades, "replaced": _replaced_{token}}}))
 """
 
 
-def _exercises(nb):
-    """[(exercise id, name the exercise cell defines)] in notebook order."""
-    items = []
-    for cell in nb.cells:
+class NotANotebook(Exception):
+    """The file cannot be read as a Jupyter notebook (version 4)."""
+
+
+def read_notebook(path):
+    """The notebook at ``path``; NotANotebook (saying why) for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise NotANotebook(f"{path.name} is not a file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NotANotebook(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not text.strip():
+        raise NotANotebook("the file is empty")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise NotANotebook(f"not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        version = data.get("nbformat") if isinstance(data, dict) else None
+        old = f" (nbformat {version}: open and save it in JupyterLab to update it)" if version else ""
+        raise NotANotebook(f"no list of cells in it{old}")
+    try:
+        return nbformat.reads(text, as_version=4)
+    except Exception as e:
+        raise NotANotebook(f"nbformat cannot read it ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def exercise_cells(nb):
+    """([(exercise id, name the exercise cell defines)] in notebook order, [problems found])."""
+    items, problems = [], []
+    for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and "exercise" in cell.metadata.get("tags", []):
-            match = re.search(r"^(?:def|class)\s+(\w+)", cell.source, re.MULTILINE)
-            items.append((cell.metadata["exercise_id"], match.group(1) if match else None))
-    return items
-
-
-def grade_notebook(path, timeout=600):
-    """{"notebook", "error", "exercises": {id: {"status", "message"}}} for one notebook."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-
-    nb = nbformat.read(path, as_version=4)
-    items = [(i, name) for i, name in _exercises(nb) if name]
-    report = {"notebook": Path(path).name, "error": None, "exercises": {}}
-    client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}}
-    )
-    marker = f"@@grade-{secrets.token_hex(8)}@@"
-    with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
+            exercise_id = cell.metadata.get("exercise_id")
+            if not isinstance(exercise_id, str) or not exercise_id:
+                problems.append(f"cell {index} is tagged `exercise` but has no exercise_id: not graded")
                 continue
-            try:
-                client.execute_cell(cell, index)
-            except CellExecutionError as e:
-                error = next((o for o in cell.outputs if o.output_type == "error"), None)
-                what = f"{error.ename}: {error.evalue}" if error else str(e).splitlines()[-1]
-                report["error"] = f"cell {index} raised {what}"
-                break
-        grader = nbformat.v4.new_code_cell(_GRADER_CELL.format(items=items, marker=marker))
-        nb.cells.append(grader)
-        client.execute_cell(grader, len(nb.cells) - 1)
+            match = re.search(r"^(?:def|class)\s+(\w+)", cell.source, re.MULTILINE)
+            items.append((exercise_id, match.group(1) if match else None))
+    return items, problems
+
+
+def _error_of(cell):
+    error = next(o for o in cell.outputs if o.output_type == "error")
+    return f"{error.ename}: {error.evalue}"
+
+
+def _join(*parts):
+    return "; ".join(p for p in parts if p) or None
+
+
+def _run_cells(client, nb, learner_cells, deadline):
+    """Run the learner's cells until the deadline; (result, error): ("ran", None) if all ran."""
+    from nbclient.exceptions import DeadKernelError
+
+    for index, cell in enumerate(nb.cells[:learner_cells]):
+        if cell.cell_type != "code":
+            continue
+        client.timeout = limit = max(1, math.ceil(deadline - time.monotonic()))
+        started = time.monotonic()
+        try:  # past the timeout the kernel is interrupted (the cells above keep what they defined)
+            client.execute_cell(cell, index)  # an error does not raise here (allow_errors): see _execute
+        except DeadKernelError:
+            return "kernel died", f"the kernel died in cell {index} (os._exit, a crash, or out of memory)"
+        if time.monotonic() - started >= limit:
+            return "timed out", f"cell {index} still ran when the notebook's time limit was reached"
+        if any(output.output_type == "error" for output in cell.outputs):
+            return "raised", f"cell {index} raised {_error_of(cell)}"
+    return "ran", None
+
+
+def grade_notebook(path, time_limit=TIME_LIMIT_S):
+    """{"notebook", "result", "error", "exercises": {id: {"status", "message"}}} for one notebook.
+
+    result: "ran", "raised", "timed out", "kernel died", "not a notebook", "bad exercise cell",
+    "tampered" or "grader failed".
+    """
+    report = {"notebook": Path(path).name, "result": "ran", "error": None, "exercises": {}}
+    try:
+        nb = read_notebook(path)
+    except NotANotebook as e:
+        return {**report, "result": "not a notebook", "error": str(e)}
+    items, problems = exercise_cells(nb)
+    try:
+        grades, replaced, result, error = _execute(nb, Path(path).parent, items, time_limit)
+    except Exception as e:  # the kernel did not start, or the grader itself failed: this notebook only
+        grades, replaced, result, error = {}, [], "grader failed", f"{type(e).__name__}: {str(e)[:300]}"
+    if replaced:
+        result = "tampered"
+        error = _join(error, f"the notebook replaced {', '.join(replaced)} (put back before checking)")
+    not_graded = {"timed out": "timed out", "kernel died": "kernel died"}.get(result, f"not checked ({result})")
+    for exercise_id, _ in items:
+        status, message = grades.get(exercise_id, ("not graded", not_graded))
+        report["exercises"][exercise_id] = {"status": status, "message": message}
+    error = _join(error, *problems)
+    return {**report, "result": "bad exercise cell" if result == "ran" and problems else result, "error": error}
+
+
+def _execute(nb, folder, items, time_limit):
+    """Run the notebook, then the grading cell, in one kernel: (grades, replaced, result, error)."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    token = secrets.token_hex(8)
+    marker = f"@@grade-{token}@@"
+    guard = nbformat.v4.new_code_cell(_GUARD_CELL.format(token=token))
+    grader = nbformat.v4.new_code_cell(
+        _GRADER_CELL.format(items=[(i, n) for i, n in items if n], marker=marker, token=token)
+    )
+    learner_cells = len(nb.cells)
+    nb.cells += [guard, grader]  # nbclient runs cells of the notebook: the two are added at its end
+    # allow_errors: the kernel must not drop the grading cell because the cell before it raised or was
+    # interrupted (_run_cells stops at the first error itself); past a timeout, nbclient interrupts it
+    client = NotebookClient(
+        nb,
+        timeout=120,
+        kernel_name="python3",
+        allow_errors=True,
+        interrupt_on_timeout=True,
+        error_on_timeout={"ename": "TimeoutError", "evalue": "the time limit was reached", "traceback": []},
+        resources={"metadata": {"path": str(folder)}},
+    )
+    with client.setup_kernel():
+        client.execute_cell(guard, learner_cells)  # runs first, before the learner's first cell
+        result, error = _run_cells(client, nb, learner_cells, time.monotonic() + time_limit)
+        if result == "kernel died":
+            return {}, [], result, error
+        client.timeout = budget = CHECK_BUDGET_S * max(1, len(items))
+        started = time.monotonic()
+        try:
+            client.execute_cell(grader, learner_cells + 1)
+        except DeadKernelError:
+            return {}, [], "kernel died", _join(error, "the kernel died while checking")
+        if time.monotonic() - started >= budget:
+            return {}, [], "timed out", _join(error, f"the checks did not finish within {budget} s")
     printed = "".join(o.get("text", "") for o in grader.outputs if o.output_type == "stream")
     found = [line[len(marker) :] for line in printed.splitlines() if line.startswith(marker)]
-    grades = json.loads(found[-1]) if found else {}
-    for exercise_id, _ in _exercises(nb):
-        status, message = grades.get(exercise_id, ("not run yet", "the grader could not check it"))
-        report["exercises"][exercise_id] = {"status": status, "message": message}
-    return report
+    graded = json.loads(found[-1]) if found else {"grades": {}, "replaced": []}
+    names = {exercise_id: name for exercise_id, name in items}
+    for exercise_id, name in names.items():
+        if name is None:
+            graded["grades"][exercise_id] = ("not yet", "the exercise cell defines no function or class")
+    return graded["grades"], graded["replaced"], result, error
 
 
-def grade_folder(folder, allow_not_attempted=False):
-    """Grade every NN_*.ipynb in ``folder`` from temporary copies; returns (reports, all good?)."""
-    paths = sorted(Path(folder).glob("[0-9][0-9]*.ipynb"))
+def _good(report, ok):
+    return report["result"] == "ran" and all(e["status"] in ok for e in report["exercises"].values())
+
+
+def learner_folders(folder):
+    """{learner: folder}: ``folder`` itself, or each of its subfolders with lesson notebooks."""
+    folder = Path(folder)
+    if lesson_notebooks(folder)[0]:
+        return {folder.resolve().name: folder}
+    return {sub.name: sub for sub in sorted(folder.iterdir()) if sub.is_dir() and lesson_notebooks(sub)[0]}
+
+
+def grade_folder(folder, allow_not_attempted=False, time_limit=TIME_LIMIT_S, on_report=None):
+    """Grade every NN_*.ipynb in ``folder`` from temporary copies; returns (reports, all good?).
+
+    on_report(reports so far) is called after each notebook (the reports are written incrementally)."""
+    paths, _ = lesson_notebooks(folder)  # JupyterLab's -Copy1 duplicates are not lessons
     if not paths:
         raise FileNotFoundError(f"no lesson notebooks (NN_*.ipynb) in {folder}")
     ok = OK | ({"not attempted"} if allow_not_attempted else set())
     reports = []
     with tempfile.TemporaryDirectory(prefix="grade-") as work:
         for path in paths:
-            copy = Path(work) / path.name
-            shutil.copyfile(path, copy)
-            print(f"grading {path.name} ...", flush=True)
-            reports.append(grade_notebook(copy))
-    good = all(r["error"] is None and all(e["status"] in ok for e in r["exercises"].values()) for r in reports)
-    return reports, good
+            print(f"grading {path} ...", flush=True)
+            if path.is_file():
+                copy = Path(work) / path.name
+                shutil.copyfile(path, copy)
+            else:
+                copy = path  # a folder named like a notebook: read_notebook says so, nothing runs
+            reports.append(grade_notebook(copy, time_limit))
+            if on_report is not None:
+                on_report(reports)
+    return reports, all(_good(r, ok) for r in reports)
 
 
 def markdown(reports):
     lines = ["| notebook | exercise | status | message |", "|---|---|---|---|"]
     for r in reports:
-        if r["error"]:
-            lines.append(f"| {r['notebook']} | (notebook) | **raised** | {r['error']} |")
+        if r["error"] or r.get("result", "ran") != "ran":
+            what, why = r.get("result", "raised"), (r["error"] or "").replace("|", "\\|")
+            lines.append(f"| {r['notebook']} | (notebook) | **{what}** | {why} |")
         for exercise_id, e in r["exercises"].items():
             first = e["message"].splitlines()[0].replace("|", "\\|") if e["message"] else ""
             lines.append(f"| {r['notebook']} | {exercise_id} | {e['status']} | {first} |")
@@ -119,20 +265,57 @@ def markdown(reports):
     return "\n".join(lines)
 
 
+def _write_report(out, reports):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "grade.json").write_text(json.dumps(reports, indent=2))
+    (out / "grade.md").write_text(markdown(reports) + "\n")
+
+
+def write_gradebook(path, learners):
+    """gradebook.csv: one row per learner, one column per exercise (its status), then the totals."""
+    columns = []
+    for reports in learners.values():
+        for r in reports:
+            columns += [e for e in r["exercises"] if e not in columns]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["learner", *columns, "passed", "exercises", "notebook problems"])
+        for learner, reports in learners.items():
+            statuses = {e: v["status"] for r in reports for e, v in r["exercises"].items()}
+            problems = [f"{r['notebook']}: {r['result']}" for r in reports if r.get("result", "ran") != "ran"]
+            row = [statuses.get(c, "missing") for c in columns]
+            writer.writerow([learner, *row, row.count("passed"), len(columns), "; ".join(problems)])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", nargs="?", default=str(ROOT / "notebooks"))
     parser.add_argument("--out", default=str(ROOT / "artifacts" / "grade"))
     parser.add_argument("--allow-not-attempted", action="store_true")
+    parser.add_argument(
+        "--time-limit", type=float, default=TIME_LIMIT_S, help="seconds for one notebook's cells (default %(default)s)"
+    )
     args = parser.parse_args(argv)
-    reports, good = grade_folder(args.folder, args.allow_not_attempted)
-    out = Path(args.out)
+    learners = learner_folders(args.folder)
+    if not learners:
+        print(f"no lesson notebooks (NN_*.ipynb) in {args.folder} or in its subfolders", file=sys.stderr)
+        return 2
+    out, single = Path(args.out), len(learners) == 1 and Path(args.folder).resolve().name in learners
     out.mkdir(parents=True, exist_ok=True)
-    (out / "grade.json").write_text(json.dumps(reports, indent=2))
-    (out / "grade.md").write_text(markdown(reports) + "\n")
-    print(markdown(reports))
-    print(f"\nreport: {out / 'grade.md'} and grade.json")
-    return 0 if good else 1
+    graded, all_good = {}, True
+    for learner, folder in learners.items():
+        target = out if single else out / learner
+
+        def save(reports, learner=learner, target=target):
+            graded[learner] = reports
+            _write_report(target, reports)
+            write_gradebook(out / "gradebook.csv", graded)
+
+        reports, good = grade_folder(folder, args.allow_not_attempted, args.time_limit, on_report=save)
+        all_good &= good
+        print(("" if single else f"\n## {learner}\n") + markdown(reports))
+    print(f"\nreports: {out} (grade.md and grade.json{'' if single else ' per learner'}, gradebook.csv)")
+    return 0 if all_good else 1
 
 
 if __name__ == "__main__":
