@@ -286,11 +286,11 @@ def _check_mha_inputs(mha, query, key, value):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention as in the slides (seed 000).
+    """Multi-head attention as in the slides.
 
     ``qkv_bias=False`` is the slides' version (no bias on the Q/K/V projections,
-    a bias on the output projection); ``qkv_bias=True`` is the article's version
-    (seed 001), which is also what BERT and ``nn.MultiheadAttention`` use.
+    a bias on the output projection); ``qkv_bias=True`` is the article's version,
+    which is also what BERT and ``nn.MultiheadAttention`` use.
     After each forward, ``self.attention_weights`` holds the per-head weights
     [B, H, L_q, L_k] (detached) for plotting.
     """
@@ -313,8 +313,12 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.attention_weights = None
 
+    # split_heads and combine_heads are written out here, as on the slides, rather than calling
+    # the module's functions: pasted from show_solution, the class then leaves a learner's own
+    # split_heads and combine_heads (the exercises before it) as they are
     def split_heads(self, x):
-        return split_heads(x, self.num_heads)
+        batch_size, seq_len, _ = x.shape  # [B, L, d_model] -> [B, H, L, head_dim]
+        return x.reshape(batch_size, seq_len, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
 
     def compute_attention(self, query, key, value, mask=None, key_padding_mask=None):
         output, weights = scaled_dot_product_attention(query, key, value, mask, key_padding_mask)
@@ -325,7 +329,8 @@ class MultiHeadAttention(nn.Module):
         return output
 
     def combine_heads(self, x):
-        return combine_heads(x)
+        batch_size, _, seq_len, _ = x.shape  # [B, H, L, head_dim] -> [B, L, d_model]
+        return x.permute(0, 2, 1, 3).reshape(batch_size, seq_len, self.d_model)
 
     def forward(self, query, key, value, mask=None, key_padding_mask=None):
         """query: [B, L_q, d_model]; key, value: [B, L_k, d_model].

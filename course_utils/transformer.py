@@ -1,9 +1,12 @@
 """The Transformer encoder layer and a stack of them (lesson 05).
 
 Each layer is self-attention, then add & norm, then a feed-forward network,
-then add & norm again (seed 003). ``norm_first=False`` is the original and
-BERT's "post-norm" order; ``norm_first=True`` is the "pre-norm" order most
-modern models use because it trains more stably when many layers are stacked.
+then add & norm again (as in the notes on visualising attention).
+``norm_first=False`` is the original and BERT's "post-norm" order;
+``norm_first=True`` is the "pre-norm" order most modern models use: its
+gradients stay well-behaved at initialisation, so it trains without the long
+learning-rate warm-up post-norm needs when many layers are stacked (Xiong et
+al., 2020, "On Layer Normalization in the Transformer Architecture").
 
 ``encoder_layer_forward`` is a layer's forward pass written out step by step
 (lesson 05's exercise; ``EncoderLayer.forward`` calls it). ``TinyTransformer``

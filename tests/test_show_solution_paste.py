@@ -1,8 +1,11 @@
-"""What show_solution prints passes its checker when pasted into the exercise cell as it stands.
+"""What show_solution prints passes its checker when pasted into the exercise cell as it stands,
+and leaves the learner's other exercises alone.
 
 For every exercise cell of every lesson (exercises added later included), the printed text
 is run in a fresh namespace that holds only what the notebook imported before that cell,
-as a learner's kernel would, and the object under the stub's name is checked.
+as a learner's kernel would, and the object under the stub's name is checked. The pasted
+text must not rebind the name of another exercise of the same lesson (an import of the
+course's split_heads would replace the learner's, whose check would then pass unsolved).
 """
 
 import ast
@@ -15,13 +18,15 @@ from course_utils.exercises import check, show_solution
 from tests.notebook_tools import code_cells, exercise_cells, lesson_notebooks, stub_name
 
 
-def _exercises():
+def _exercises(with_others=False):
     for path in lesson_notebooks():
         nb = nbformat.read(path, as_version=4)
         cells = code_cells(nb)
         for cell in exercise_cells(nb):
             before = cells[: cells.index(cell)] if cell in cells else cells
-            yield pytest.param(cell, before, id=f"{path.name}:{cell.metadata['exercise_id']}")
+            others = {stub_name(c) for c in exercise_cells(nb)} - {stub_name(cell)}
+            args = (cell, before, others) if with_others else (cell, before)
+            yield pytest.param(*args, id=f"{path.name}:{cell.metadata['exercise_id']}")
 
 
 def _imports(cells):
@@ -35,23 +40,43 @@ def _imports(cells):
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize(("cell", "before"), list(_exercises()))
-def test_pasted_solution_passes_its_check(cell, before, capsys):
-    exercise_id = cell.metadata["exercise_id"]
+def _paste(exercise_id, namespace, capsys):
+    """Run what show_solution prints in the namespace, as a learner's pasted cell."""
     show_solution(exercise_id)
     shown = capsys.readouterr().out
-
-    namespace = {}
-    exec(_imports(before), namespace)
     # as IPython does for a cell: the source stays readable (a compiled Triton kernel needs it)
     filename = f"<show_solution {exercise_id}>"
     linecache.cache[filename] = (len(shown), None, shown.splitlines(keepends=True), filename)
     exec(compile(shown, filename, "exec"), namespace)
+    return shown
+
+
+@pytest.mark.parametrize(("cell", "before"), list(_exercises()))
+def test_pasted_solution_passes_its_check(cell, before, capsys):
+    exercise_id = cell.metadata["exercise_id"]
+    namespace = {}
+    exec(_imports(before), namespace)
+    shown = _paste(exercise_id, namespace, capsys)
 
     name = stub_name(cell)
     assert name in namespace, f"the shown solution does not define {name!r}, the name the exercise cell defines"
     result = check(exercise_id, namespace[name], quiet=True)
     assert result.passed, f"pasted solution of {exercise_id!r} fails its check: {result.message}\n---\n{shown}"
+
+
+@pytest.mark.parametrize(("cell", "before", "others"), list(_exercises(with_others=True)))
+def test_pasted_solution_leaves_the_other_exercises_alone(cell, before, others, capsys):
+    namespace = {}
+    exec(_imports(before), namespace)
+    learners = {name: object() for name in others}  # stand-ins for the learner's own solutions
+    namespace.update(learners)
+    _paste(cell.metadata["exercise_id"], namespace, capsys)
+    replaced = sorted(name for name, mine in learners.items() if namespace.get(name) is not mine)
+    assert not replaced, (
+        f"pasting the solution of {cell.metadata['exercise_id']!r} rebinds {replaced}, the learner's own "
+        "solution(s) of other exercises of this lesson: their checks would then test the course's code. "
+        "Have the solution call them without importing them under the exercises' names."
+    )
 
 
 def test_every_lesson_has_exercises_to_paste():

@@ -452,7 +452,7 @@ def _unpack(got, expected_out, expected_w, description):
         extra = ""
         if isinstance(got, torch.Tensor) and got.shape == expected_out.shape:
             extra = " You returned only the output."
-        raise Mistake(f"{NOT_A_PAIR}, as in seed 001's `return output, attention_weights`.{extra} ({description})")
+        raise Mistake(f"{NOT_A_PAIR}, as in the article's `return output, attention_weights`.{extra} ({description})")
     out, weights = got
     if (
         isinstance(out, torch.Tensor)
@@ -557,7 +557,7 @@ def _check_fully_masked_rows(candidate):
     row_w, row_out = weights[0, 1], out[0, 1]
     if close(row_w, torch.full((5,), 0.2)):
         raise Mistake(
-            f"{FULLY_MASKED_UNIFORM} 1/L_k ({description}): that is what filling with -1e9 (seed 001) or "
+            f"{FULLY_MASKED_UNIFORM} 1/L_k ({description}): that is what filling with -1e9 (as the article does) or "
             f"torch.finfo(dtype).min gives, since all the row's scores are then equal. The query attends to "
             f"every key it was told not to. {_ZERO_THE_EMPTY_ROWS}"
         )

@@ -8,8 +8,8 @@ usual multi-head mistakes by computing what each mistake would output
 The class is checked by copying the reference's weights into the candidate by
 attribute name (``query_linear``, ``key_linear``, ``value_linear``,
 ``output_linear``), so both compute with the same numbers. The exercise asks
-for the slides' layout (seed 000: no bias on Q/K/V, a bias on the output); the
-article's all-bias variant (seed 001) computes the same function family, so it
+for the slides' layout (no bias on Q/K/V, a bias on the output); the
+article's all-bias variant computes the same function family, so it
 is accepted too and compared with the reference built with ``qkv_bias=True``.
 """
 
