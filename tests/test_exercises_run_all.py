@@ -8,11 +8,18 @@ here when a later section reassigns a name it uses (give each section names of i
 own, or put the work in a function), when it draws from the global random state
 (seed inside the cell), or when it retrains a model or appends to a table again.
 Two executions in all. (nbval runs the notebooks as committed, with the stubs unsolved.)
+
+Re-running one cell can also break another: an earlier section's cell that binds a name
+a later section uses (re-run it, then the later cell) is found without running anything,
+from the names each cell reads and the sections that bind them.
 """
 
+import ast
+import builtins
 import re
 
 import nbformat
+import pytest
 
 from course_utils.exercises import exercise_ids
 from tests.notebook_tools import execute_then_rerun_each_cell, exercise_cells, lesson_notebooks, output_text
@@ -100,3 +107,105 @@ def test_a_cell_broken_by_a_later_section_is_named_with_both_outputs(tmp_path):
     assert "during Run All it printed:\n6\n" in failures[0] and "re-run alone it printed:\n10\n" in failures[0]
     assert failures[1].startswith("cell 4 fails") and "re-run alone it printed:\nKeyError: 'a'" in failures[1]
     assert all("a later section reassigns a name this cell uses" in f for f in failures)
+
+
+class _Names(ast.NodeVisitor):
+    """The names a cell's top level binds, and those it reads before binding them."""
+
+    def __init__(self):
+        self.bound, self.read = set(), set()
+
+    def visit_Assign(self, node):  # the value is read before the targets are bound
+        self.visit(node.value)
+        for target in node.targets:
+            self.visit(target)
+
+    def visit_AugAssign(self, node):  # x += 1 reads x
+        if isinstance(node.target, ast.Name) and node.target.id not in self.bound:
+            self.read.add(node.target.id)
+        self.visit(node.value)
+        self.visit(node.target)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            self.visit(node.value)
+        self.visit(node.target)
+
+    def visit_For(self, node):
+        self.visit(node.iter)
+        self.visit(node.target)
+        for statement in node.body + node.orelse:
+            self.visit(statement)
+
+    def visit_NamedExpr(self, node):
+        self.visit(node.value)
+        self.visit(node.target)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Store):
+            self.bound.add(node.id)
+        elif node.id not in self.bound:
+            self.read.add(node.id)
+
+    def visit_FunctionDef(self, node):  # its body reads names when called, not here
+        self.bound.add(node.name)
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Import(self, node):
+        self.bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+
+    visit_ImportFrom = visit_Import
+
+    def visit_Lambda(self, node):  # comprehensions and lambdas have their own scope
+        pass
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
+
+
+def names_shared_by_sections(nb):
+    """'cell i reads NAME, bound in the sections ...' for every name two sections (## headings) bind."""
+    section, sections, cells = "(before the first section)", {}, []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and (heading := re.search(r"^##\s+(.+)$", cell.source, re.MULTILINE)):
+            section = heading.group(1).strip()
+        if cell.cell_type != "code":
+            continue
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        names = _Names()
+        for statement in ast.parse(source).body:
+            names.visit(statement)
+        cells.append((index, names))
+        for name in names.bound:
+            sections.setdefault(name, {}).setdefault(section, []).append(index)
+    problems = []
+    for index, names in cells:
+        for name in sorted(names.read - set(dir(builtins))):
+            binders = sections.get(name, {})
+            if len(binders) > 1:
+                where = "; ".join(f"{s!r} (cell {', '.join(map(str, c))})" for s, c in binders.items())
+                problems.append(f"cell {index} reads {name!r}, which two sections bind: {where}")
+    return problems
+
+
+@pytest.mark.parametrize("nb_path", lesson_notebooks(), ids=lambda p: p.name)
+def test_each_section_has_names_of_its_own(nb_path):
+    problems = names_shared_by_sections(nbformat.read(nb_path, as_version=4))
+    assert not problems, (
+        f"{nb_path.name}: re-running a cell of one section breaks a cell of the other (rename it in one "
+        "section, or keep it inside a function):\n" + "\n".join(problems)
+    )
+
+
+def test_a_name_two_sections_bind_is_found():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("## 1. One head"),
+        nbformat.v4.new_code_cell("import torch\nd_k = 4\nx = torch.zeros(d_k)"),
+        nbformat.v4.new_code_cell("print(x.sum(), d_k)\nfor h in range(2):\n    print(h)"),
+        nbformat.v4.new_markdown_cell("## 2. Many heads"),
+        nbformat.v4.new_code_cell("import torch\nd_k = 8\ny = [t for t in range(d_k)]\nfor h in y:\n    pass"),
+        nbformat.v4.new_code_cell("def f():\n    return h\ny = y + [1]\nprint(y, d_k)"),
+    ]
+    where = "which two sections bind: '1. One head' (cell 1); '2. Many heads' (cell 4)"
+    assert names_shared_by_sections(nb) == [f"cell 2 reads 'd_k', {where}", f"cell 5 reads 'd_k', {where}"]
