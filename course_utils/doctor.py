@@ -5,20 +5,32 @@
 Each line is `ok`, `FIX` (the course will not work until you do what it says) or `note` (an
 optional part, e.g. the browser test). Paste the whole output into a bug report. Exit status 1
 when there is something to fix. It imports each package inside its own check, so one broken
-package does not hide the others.
+package does not hide the others; every package pinned in requirements.txt is checked by name
+and version, and the kernel JupyterLab starts is run once to see that it imports what the
+lessons use. A fix is a command that does something: `make install` alone does nothing once it
+has run (its stamp file is there), so the fixes remove the stamp first.
 """
 
 import importlib
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the course's package, also when run as a plain script
 
 from course_utils.bootstrap import python_problem  # noqa: E402  (standard library only)
+
+# `make install` does nothing while its stamp exists: removing the stamp makes it install again,
+# which puts back every package that is missing or at another version than its pin
+REINSTALL = "rm -f .venv/.installed-* && make install"
+REBUILD = "make clean install"  # a new .venv from scratch, for what reinstalling cannot repair
+# what the lessons import in the kernel (the rest of requirements.txt is checked by name and version)
+KERNEL_IMPORTS = ("ipykernel", "IPython", "matplotlib", "pandas", "seaborn", "torch", "course_utils")
 
 
 def check_python():
@@ -29,7 +41,7 @@ def check_python():
 def check_environment():
     """Is this the course's .venv, and can its kernel import course_utils?"""
     if not (ROOT / ".venv").is_dir():
-        return "FIX", "no .venv in the course folder: run `make install`"
+        return "FIX", "no .venv in the course folder\n     fix: `make install`"
     pth = Path(sysconfig.get_paths()["purelib"], "attention_course.pth")
     if not pth.exists():
         return "FIX", f"{sys.executable} is not the course's environment: run `make doctor` (it uses .venv)"
@@ -40,7 +52,7 @@ def check_torch():
     try:
         torch = importlib.import_module("torch")
     except Exception as e:
-        return "FIX", f"PyTorch does not import ({type(e).__name__}: {e}): run `make install`"
+        return "FIX", f"PyTorch does not import ({type(e).__name__}: {e})\n     fix: `{REINSTALL}`"
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
     gpu = f", GPU: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no CUDA GPU visible"
     return "ok", f"PyTorch {torch.__version__} ({build}{gpu})"
@@ -59,15 +71,96 @@ def check_device():
     return "ok", f"lessons will run on: {device} ({source})"
 
 
+def _pins(requirements):
+    """[(name, version)] of every pin in requirements.txt that applies to this machine."""
+    pins = []
+    for line in Path(requirements).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "==" not in line:
+            continue
+        spec, _, marker = line.partition(";")
+        if marker.strip():
+            try:
+                from packaging.markers import Marker
+
+                if not Marker(marker).evaluate():
+                    continue  # e.g. triton: Linux only
+            except ImportError:
+                continue  # cannot tell without `packaging`: check_triton covers the one such pin
+        name, version = (part.strip() for part in spec.split("=="))
+        pins.append((name, version))
+    return pins
+
+
+def check_packages(requirements=ROOT / "requirements.txt", version=metadata.version):
+    """Every pinned package installed, at its pinned version (a local build tag such as +cpu is fine)."""
+    missing, drifted = [], []
+    for name, pinned in _pins(requirements):
+        try:
+            installed = version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+            continue
+        if installed.split("+")[0] != pinned:
+            drifted.append(f"{name} {installed} (pinned {pinned})")
+    if not missing and not drifted:
+        return "ok", f"all {len(_pins(requirements))} pinned packages installed at their pinned versions"
+    parts = ([f"missing: {', '.join(missing)}"] if missing else []) + (
+        [f"other versions: {', '.join(drifted)}"] if drifted else []
+    )
+    return "FIX", f"{'; '.join(parts)}\n     fix: `{REINSTALL}`"
+
+
+def _kernel_python(spec):
+    # what Jupyter does: a kernel command starting with plain `python` runs the server's own Python
+    first = spec.argv[0]
+    return sys.executable if first in {"python", "python3", f"python3.{sys.version_info[1]}"} else first
+
+
+def check_kernel(spec_manager=None, run=subprocess.run):
+    """The kernel JupyterLab starts for the lessons: this environment's Python, able to import what they use."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        spec = (spec_manager or KernelSpecManager()).get_kernel_spec("python3")
+    except Exception as e:
+        return "FIX", f"no Python kernel for JupyterLab ({type(e).__name__}: {e})\n     fix: `{REINSTALL}`"
+    python = _kernel_python(spec)
+    if Path(python).resolve() != Path(sys.executable).resolve():
+        return "FIX", (
+            f"JupyterLab's 'python3' kernel runs {python}, not the course's {sys.executable}: the lessons would "
+            f"not find their packages. Its definition is in {spec.resource_dir}\n     fix: remove that folder, "
+            f"then `{REINSTALL}`"
+        )
+    code = "import " + ", ".join(KERNEL_IMPORTS)
+    try:
+        done = run([python, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT / "notebooks")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "FIX", f"the kernel's Python does not start ({type(e).__name__}: {e})\n     fix: `{REBUILD}`"
+    if done.returncode != 0:
+        error = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        return "FIX", f"the kernel cannot import what the lessons use: {error}\n     fix: `{REINSTALL}`"
+    return "ok", f"kernel 'python3' runs {python} and imports {', '.join(KERNEL_IMPORTS)}"
+
+
 def check_jupyter():
     try:
         lab = importlib.import_module("jupyterlab")
-        from jupyter_client.kernelspec import KernelSpecManager
-
-        spec = KernelSpecManager().get_kernel_spec("python3")
     except Exception as e:
-        return "FIX", f"JupyterLab or its Python kernel is missing ({type(e).__name__}: {e}): run `make install`"
-    return "ok", f"JupyterLab {lab.__version__}, kernel 'python3' runs {spec.argv[0]}"
+        return "FIX", f"JupyterLab is missing ({type(e).__name__}: {e})\n     fix: `{REINSTALL}`"
+    return "ok", f"JupyterLab {lab.__version__}"
+
+
+def check_lab_settings(prefix=sys.prefix):
+    """The course's JupyterLab settings (no news prompt, no fetching from the internet)."""
+    installed = Path(prefix, "share", "jupyter", "lab", "settings", "overrides.json")
+    course = ROOT / "jupyter" / "overrides.json"
+    if not installed.exists() or (course.exists() and installed.read_bytes() != course.read_bytes()):
+        return (
+            "note",
+            f"the course's JupyterLab settings are not installed (JupyterLab will ask about news)\n     fix: `{REINSTALL}`",
+        )
+    return "ok", f"the course's JupyterLab settings: {installed}"
 
 
 def check_model(path=None):
@@ -79,7 +172,7 @@ def check_model(path=None):
         return "FIX", f"cannot look for the pretrained model: {e} (see PyTorch above)"
     except Exception as e:
         first, *rest = str(e).splitlines()
-        fix = next((line.strip() for line in rest if "pip install" in line), "make install")
+        fix = next((line.strip() for line in rest if "pip install" in line), REINSTALL)
         return "FIX", f"{first} (lessons 06 and 06b need it)\n     fix: {fix}"
     return "ok", f"pretrained MiniLM found at {found}"
 
@@ -94,7 +187,7 @@ def check_triton(platform=sys.platform, import_module=importlib.import_module):
                 "note",
                 f"no Triton (there is none for {platform}): lesson 09 explains its kernel but does not run it",
             )
-        return "FIX", f"Triton does not import ({type(e).__name__}: {e}); lesson 09 needs it: run `make install`"
+        return "FIX", f"Triton does not import ({type(e).__name__}: {e}); lesson 09 needs it\n     fix: `{REINSTALL}`"
     return "ok", f"Triton {triton.__version__} for lesson 09's kernels"
 
 
@@ -112,8 +205,8 @@ def check_disk(folder=ROOT, need_gib=3.0):
     return "ok", f"{free:.0f} GiB free on the course's disk"
 
 
-CHECKS = [check_python, check_environment, check_torch, check_device, check_jupyter, check_model]
-CHECKS += [check_triton, check_chromium, check_disk]
+CHECKS = [check_python, check_environment, check_packages, check_torch, check_device, check_jupyter, check_kernel]
+CHECKS += [check_lab_settings, check_model, check_triton, check_chromium, check_disk]
 
 
 def report(checks=CHECKS):
