@@ -9,6 +9,7 @@ import linecache
 import textwrap
 
 import pytest
+import torch
 
 from course_utils import flash_triton
 from course_utils.exercises import check, show_solution, solution
@@ -52,6 +53,21 @@ MISTAKES = {
         ex.LSE_NATURAL_LOOP,
     ),
     "sum over an axis p lacks": (("tl.sum(p, 1)", "tl.sum(p, 2)"), "your code raised"),
+    "K load unmasked": ((", mask=keys[None, :] < L_k, other=0.0)", ")"), ex.LOAD_PAST_LAST),
+    "V load unmasked": ((", mask=keys[:, None] < L_k, other=0.0)", ")"), ex.LOAD_PAST_LAST),
+    "K and V loads unmasked": (
+        ((", mask=keys[None, :] < L_k, other=0.0)", ")"), (", mask=keys[:, None] < L_k, other=0.0)", ")")),
+        ex.LOAD_PAST_LAST,
+    ),
+    "K load mask <= L_k": (("mask=keys[None, :] < L_k, other", "mask=keys[None, :] <= L_k, other"), ex.LOAD_ONE_PAST),
+    "V load mask <= L_k": (("mask=keys[:, None] < L_k, other", "mask=keys[:, None] <= L_k, other"), ex.LOAD_ONE_PAST),
+    "K per-head offset with L_q": (("K + bh * L_k * D", "K + bh * L_q * D"), ex.HEAD_OFFSET),
+    "V per-head offset with D": (("V + bh * L_k * D_V", "V + bh * L_k * D"), ex.HEAD_OFFSET),
+    "score mask keys <= L_k": (
+        ("allowed = keys[None, :] < L_k", "allowed = keys[None, :] <= L_k"),
+        ex.PADDING_ONE_MORE,
+    ),
+    "causal mask reversed": (("keys[None, :] <= rows[:, None]", "keys[None, :] >= rows[:, None]"), ex.CAUSAL_REVERSED),
 }
 
 
@@ -65,13 +81,17 @@ def kernel_from_source(source, tmp_path, name="learner_kernel"):
     return module.flash_forward_kernel
 
 
-def planted(changes, tmp_path):
-    """The course kernel with (old, new) text replaced: one pair, or a tuple of pairs."""
+def planted_source(changes):
+    """The course kernel's source with (old, new) text replaced: one pair, or a tuple of pairs."""
     source = SOURCE
     for old, new in [changes] if isinstance(changes[0], str) else changes:
         assert old in source, f"the course kernel no longer has the line {old!r}: update this test"
         source = source.replace(old, new)
-    return kernel_from_source(source, tmp_path)
+    return source
+
+
+def planted(changes, tmp_path):
+    return kernel_from_source(planted_source(changes), tmp_path)
 
 
 @needs_triton
@@ -145,3 +165,30 @@ def test_variant_without_mistakes_is_the_reference():
         ref_out, ref_lse = ex._reference(q, k, v, causal)
         assert (out - ref_out).abs().max() < 1e-5, description
         assert (lse - ref_lse).abs().max() < 1e-4, description
+
+
+@needs_triton
+@pytest.mark.parametrize("name", ["K load unmasked", "K and V loads unmasked"])
+def test_an_unmasked_load_is_caught_in_10_of_10_runs(name, tmp_path):
+    """Before the guards, K and V unmasked passed one run in six (whatever lay past the tensor decided)."""
+    changes, phrase = MISTAKES[name]
+    for run in range(10):
+        kernel = kernel_from_source(planted_source(changes), tmp_path, name=f"learner_kernel_{run}")
+        result = check("flash_forward_kernel", kernel, quiet=True)
+        assert not result.passed and phrase in result.message, (run, result.message)
+        assert "your load of K" in result.message and "keys[None, :] < L_k" in result.message, result.message
+
+
+@needs_triton
+def test_guarded_buffers_hold_nan_around_the_tensor():
+    x = torch.arange(6.0).view(2, 3)
+    inner = ex._guarded(x)
+    buffer = torch.empty(0).set_(inner.untyped_storage())
+    assert torch.equal(inner, x) and inner.is_contiguous()
+    assert buffer.numel() == 18 and buffer[:6].isnan().all() and buffer[12:].isnan().all()
+
+
+def test_variant_with_the_reversed_causal_mask_differs_from_the_reference():
+    description, q, k, v, causal, block_m, block_n = ex._cases()[1]
+    out, _ = ex._variant(q, k, v, causal, block_m, block_n, causal_reversed=True)
+    assert not torch.allclose(out, ex._reference(q, k, v, causal)[0], equal_nan=True)

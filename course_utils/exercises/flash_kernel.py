@@ -9,11 +9,19 @@ in float64.
 
 Each known mistake is replayed here in PyTorch, block by block as the kernel runs
 (``_variant``), and named when the learner's numbers match it.
+
+A load past the end of a tensor is a bug the numbers may hide (a masked score never
+counts, whatever was loaded). So the checker places each tensor the kernel gets in the
+middle of a larger buffer filled with NaN (``_guarded``), and watches the addresses of
+every tl.load and tl.store of the interpreter (``_MemoryWatch``): a load of K past the
+last key, into another head's rows, or outside the tensors, is named every time.
 """
 
+import contextlib
 import math
 import warnings
 
+import numpy as np
 import torch
 
 from course_utils import flash_triton
@@ -47,6 +55,13 @@ LSE_M_ONLY = "the logsumexp is only the running max"
 LSE_LOG2 = "the logsumexp is in log2 units"
 LSE_MIXED = "m_i is in log2 units but you added a natural log"
 LSE_NATURAL_LOOP = "your loop works in natural units"
+LOAD_PAST_LAST = "reads past the last"
+LOAD_ONE_PAST = "one row too many"
+HEAD_OFFSET = "rows of another (batch, head)"
+OUTSIDE = "outside every tensor"
+STORE_PAST_LAST = "writes past the last"
+PADDING_ONE_MORE = "your score mask lets key L_k through"
+CAUSAL_REVERSED = "your causal mask is reversed"
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -63,7 +78,7 @@ def _cases():
         ("L_q=37, L_k=53, d=16, 2 heads, not causal", *qkv(2, 37, 53, 16, 16), False, 16, 16),
         ("L_q=37, L_k=53, d=16, 2 heads, causal", *qkv(2, 37, 53, 16, 16), True, 16, 16),
         ("L_q=53, L_k=37, d=16, causal (more queries than keys)", *qkv(1, 53, 37, 16, 16), True, 16, 16),
-        ("L_q=L_k=40, d=12, d_v=20, causal, BLOCK_M=32, BLOCK_N=16", *qkv(1, 40, 40, 12, 20), True, 32, 16),
+        ("L_q=L_k=40, d=12, d_v=20, 2 heads, causal, BLOCK_M=32, BLOCK_N=16", *qkv(2, 40, 40, 12, 20), True, 32, 16),
         ("L_q=20, L_k=45, d=16, large inputs (scores near 200)", *qkv(1, 20, 45, 16, 16, scale=8.0), False, 16, 16),
     ]
 
@@ -94,6 +109,8 @@ def _variant(
     mask_padding=True,
     causal_offset=0,
     causal_mask=True,
+    causal_reversed=False,
+    padding_limit=0,
     lse="natural",
 ):
     """The kernel's arithmetic, block by block in float64, with one planted mistake: (output, logsumexp)."""
@@ -113,9 +130,14 @@ def _variant(
         for start_n in range(0, min(L_k, start_m + block_m) if causal else L_k, block_n):
             keys = torch.arange(start_n, start_n + block_n)
             s = qp[:, rows] @ kp[:, keys].transpose(-2, -1) * factor
-            allowed = (keys[None, :] < L_k) if mask_padding else torch.ones(1, block_n, dtype=torch.bool)
+            allowed = (
+                (keys[None, :] < L_k + padding_limit) if mask_padding else torch.ones(1, block_n, dtype=torch.bool)
+            )
             if causal and causal_mask:
-                allowed = allowed & (keys[None, :] <= rows[:, None] + causal_offset)
+                if causal_reversed:
+                    allowed = allowed & (keys[None, :] >= rows[:, None])
+                else:
+                    allowed = allowed & (keys[None, :] <= rows[:, None] + causal_offset)
             s = s.masked_fill(~allowed, float("-inf"))
             m_new = torch.maximum(m_i, s.amax(-1))
             alpha = exp(m_i - m_new)
@@ -185,6 +207,12 @@ def _output_mistakes(case):
             f"`tl.where(keys[None, :] < L_k, s, float('-inf'))` {where}",
             out(mask_padding=False),
         ),
+        (
+            f"{PADDING_ONE_MORE} (`keys <= L_k` where it should be `keys < L_k`): keys are numbered 0..L_k - 1, "
+            f"so key L_k is the first padding key, loaded as 0 with score 0. `allowed = keys[None, :] < L_k` "
+            f"{where}",
+            out(padding_limit=1),
+        ),
     ]
     if causal:
         mistakes += [
@@ -200,6 +228,12 @@ def _output_mistakes(case):
                 f"{NOT_CAUSAL} inside the blocks it computes (skipping the later blocks is not enough): "
                 f"`allowed = allowed & (keys[None, :] <= rows[:, None])` {where}",
                 out(causal_mask=False),
+            ),
+            (
+                f"{CAUSAL_REVERSED} (`keys >= rows`): query i must see keys 0..i, its past, not i and after. Rows "
+                f"that see no key of a block get max = -inf and exp2(-inf - -inf) = NaN. "
+                f"`allowed = allowed & (keys[None, :] <= rows[:, None])` {where}",
+                out(causal_reversed=True),
             ),
         ]
     return mistakes
@@ -226,13 +260,154 @@ def _lse_mistakes(case):
     ]
 
 
+# --------------------------------------------------------------------------- guarded memory
+
+STORE_GUARD_VALUE = 7777.0  # what the guards around Out and LSE hold: a store there changes it
+
+
+def _guarded(x, fill=float("nan")):
+    """A copy of x in the middle of a buffer three times its size, the rest filled with ``fill``:
+    a load just past either end (or one head too far) reads NaN, not another tensor's numbers."""
+    buffer = torch.full((3 * x.numel(),), fill, dtype=x.dtype)
+    inner = buffer[x.numel() : 2 * x.numel()].view(x.shape)
+    inner.copy_(x)
+    return inner
+
+
+class _Tensor:
+    """One argument of the kernel: where it lies in memory, and what one (batch, head) of it is."""
+
+    def __init__(self, name, t, what_row, block, bound):
+        self.name, self.t, self.what_row, self.block, self.bound = name, t, what_row, block, bound
+        self.rows, self.width = t.shape[-2] if t.dim() == 3 else t.shape[-1], t.shape[-1] if t.dim() == 3 else 1
+        self.start, self.size = t.data_ptr(), t.element_size()
+        self.end = self.start + t.numel() * self.size
+        buffer = t.untyped_storage()
+        self.buffer_start, self.buffer_end = buffer.data_ptr(), buffer.data_ptr() + buffer.nbytes()
+
+    def holds(self, address):
+        return self.buffer_start <= address < self.buffer_end
+
+
+class _MemoryWatch:
+    """Watches every tl.load and tl.store of the interpreter: the first one that touches memory outside
+    the (batch, head) slice of its program's tensor is kept as (kind, tensor, head, rows) in ``wrong``."""
+
+    def __init__(self, tensors):
+        self.tensors, self.wrong = tensors, None
+
+    @contextlib.contextmanager
+    def watching(self):
+        from triton.runtime import interpreter
+
+        builder = interpreter.interpreter_builder
+        load, store = builder.create_masked_load, builder.create_masked_store
+
+        def watched_load(ptrs, mask, *rest):
+            self._look("load", builder.grid_idx, ptrs, mask)
+            return load(ptrs, mask, *rest)
+
+        def watched_store(ptrs, value, mask, *rest):
+            self._look("store", builder.grid_idx, ptrs, mask)
+            return store(ptrs, value, mask, *rest)
+
+        builder.create_masked_load, builder.create_masked_store = watched_load, watched_store
+        try:
+            yield self
+        finally:
+            del builder.create_masked_load, builder.create_masked_store  # the class's methods again
+
+    def _look(self, kind, grid_idx, ptrs, mask):
+        if self.wrong is not None:
+            return
+        addresses = np.asarray(ptrs.data, dtype=np.uint64)
+        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+        addresses = addresses[active].astype(np.int64)
+        if addresses.size == 0:
+            return
+        tensor = next((t for t in self.tensors if t.holds(int(addresses[0]))), None)
+        if tensor is None:
+            self.wrong = (kind, None, grid_idx[1], None)
+            return
+        head = grid_idx[1]
+        head_start = tensor.start + head * tensor.rows * tensor.width * tensor.size
+        rows = (addresses - head_start) // (tensor.width * tensor.size)  # rows of this program's head
+        outside = np.unique(rows[(rows < 0) | (rows >= tensor.rows)])
+        if outside.size or not all(tensor.holds(int(a)) for a in (addresses.min(), addresses.max())):
+            self.wrong = (kind, tensor, head, outside)
+
+
+def _memory_mistake(wrong, where):
+    """The message for the first load or store outside its program's slice."""
+    kind, tensor, head, rows = wrong
+    if tensor is None:
+        return (
+            f"your {kind} reads memory {OUTSIDE} the kernel was given (program for (batch, head) {head}): "
+            f"a pointer is built from the wrong base or offsets {where}"
+        )
+    L, name = tensor.rows, tensor.name
+    padded = math.ceil(L / tensor.block) * tensor.block
+    past_end = rows.size and rows.min() >= L and rows.max() < padded
+    if kind == "store":
+        return (
+            f"your store to {name} {STORE_PAST_LAST} {tensor.what_row} (rows {int(rows.min())}..{int(rows.max())} "
+            f"of (batch, head) {head}, which has {L}): mask it with `{tensor.bound}` {where}"
+        )
+    if past_end and rows.max() == L and padded > L + 1:
+        return (
+            f"the mask of your load of {name} lets {LOAD_ONE_PAST} through: it reads row {L}, one past the last "
+            f"{tensor.what_row} ({tensor.what_row}s are numbered 0..{L - 1}). Use `{tensor.bound}`, not `<=` {where}"
+        )
+    if past_end:
+        return (
+            f"your load of {name} {LOAD_PAST_LAST} {tensor.what_row}: the ragged last block reads rows "
+            f"{int(rows.min())}..{int(rows.max())} of a (batch, head) that has {L}, memory that belongs to the next "
+            f"head or to nothing (on a GPU: garbage or a crash). Mask it with `{tensor.bound}` "
+            f"(tl.load(..., mask=..., other=0.0)) {where}"
+        )
+    return (
+        f"your load of {name} reads {HEAD_OFFSET} (the program for (batch, head) {head} read rows "
+        f"{int(rows.min())}..{int(rows.max())} of its own {L}): each (batch, head) of {name} is {L} x "
+        f"{tensor.width} numbers, so its rows start at bh * {'L_k' if name in 'KV' else 'L_q'} * "
+        f"{'D_V' if name == 'V' else 'D'} {where}"
+    )
+
+
+def _launch(kernel, case):
+    """The kernel run on guarded copies of the case's tensors: (output, logsumexp, first wrong access)."""
+    description, q, k, v, causal, block_m, block_n = case
+    L_q, d, L_k, d_v = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    D, D_V = flash_triton._padded(d), flash_triton._padded(d_v)
+    q3, k3, v3 = (_guarded(flash_triton._rows(x, width)) for x, width in ((q, D), (k, D), (v, D_V)))
+    out = _guarded(torch.full((q3.shape[0], L_q, D_V), float("nan")), STORE_GUARD_VALUE)
+    lse = _guarded(torch.full((q3.shape[0], L_q), float("nan")), STORE_GUARD_VALUE)
+    watch = _MemoryWatch(
+        [
+            _Tensor("Q", q3, "query row", block_m, "rows[:, None] < L_q"),
+            _Tensor("K", k3, "key", block_n, "keys[None, :] < L_k"),
+            _Tensor("V", v3, "key", block_n, "keys[:, None] < L_k"),
+            _Tensor("Out", out, "query row", block_m, "rows[:, None] < L_q"),
+            _Tensor("LSE", lse, "query row", block_m, "rows < L_q"),
+        ]
+    )
+    grid = (math.ceil(L_q / block_m), q3.shape[0])
+    helpers = flash_triton._helpers_interpreted() if not flash_triton.INTERPRETED else contextlib.nullcontext()
+    with helpers, watch.watching():
+        kernel[grid](
+            q3, k3, v3, out, lse, L_q, L_k, 1.0 / math.sqrt(d),
+            CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=D, D_V=D_V,
+        )  # fmt: skip
+    return out[..., :d_v].reshape(*q.shape[:-1], d_v), lse.reshape(q.shape[:-1]), watch.wrong
+
+
 def _run(kernel, case):
-    """The kernel's (output, logsumexp) for one case; learner errors become NotAttempted or a Mistake."""
+    """The kernel's (output, logsumexp) for one case; learner errors become NotAttempted or a Mistake,
+    and so does a load or store outside its program's slice of a tensor."""
     description, q, k, v, causal, block_m, block_n = case
     try:
         with warnings.catch_warnings():  # numpy's "invalid value" warnings: a NaN output is named below
             warnings.simplefilter("ignore", RuntimeWarning)
-            return flash_triton.run_forward_kernel(kernel, q, k, v, causal, block_m, block_n)
+            out, lse, wrong = _launch(kernel, case)
     except Exception as exc:
         chain = [exc]  # the interpreter wraps the kernel's exception in InterpreterErrors
         while chain[-1].__cause__ is not None:
@@ -247,6 +422,9 @@ def _run(kernel, case):
             "`print(x.shape)` in the kernel shows a block's shape."
         )
         raise Mistake(f"{explain_exception(cause, description)}\n{advice}") from None
+    if wrong is not None:
+        raise Mistake(_memory_mistake(wrong, f"({description})"))
+    return out, lse
 
 
 def _as_kernel(candidate):
