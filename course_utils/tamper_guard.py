@@ -43,11 +43,25 @@ _BUILTINS = ("abs", "all", "any", "isinstance", "len", "max", "min", "sum", "rou
 _DEFINED_IN = {"torch": torch._C._VariableFunctions, "torch.testing": torch.testing._comparison}
 
 
+def _wrapped(value):
+    """``value`` and what it wraps (functools.wraps sets __wrapped__), outermost first."""
+    chain = [value]
+    while hasattr(chain[-1], "__wrapped__") and len(chain) < 20:
+        chain.append(chain[-1].__wrapped__)
+    return chain
+
+
 def _is_learner_code(value):
+    """True if ``value``, or anything it wraps, is a function written in the notebook."""
     from course_utils.exercises.checking import is_learner_code  # late: course_utils.exercises may import this
 
-    code = getattr(inspect.unwrap(value), "__code__", None) if callable(value) else None
-    return code is not None and is_learner_code(code)
+    codes = [getattr(v, "__code__", None) for v in _wrapped(value)] if callable(value) else []
+    return any(code is not None and is_learner_code(code) for code in codes)
+
+
+def _library_wrapper(now, original):
+    """A library wrapping the original, as PyTorch does to torch.manual_seed when torch._dynamo loads."""
+    return original in _wrapped(now)[1:] and not _is_learner_code(now)
 
 
 def _watched(module):
@@ -91,6 +105,9 @@ def _restore_tensor():
         original = _TENSOR_OWN.get(name)
         if original is value:
             continue
+        if original is not None and _library_wrapper(value, original):
+            _TENSOR_OWN[name] = value
+            continue
         shadows = original is None and hasattr(torch._C.TensorBase, name)
         if original is None and not (shadows or _is_learner_code(value)):
             continue  # a new attribute that hides nothing of PyTorch's: not what a check compares with
@@ -112,9 +129,13 @@ def restore():
             if now is not None and _is_learner_code(now):
                 replaced.append(f"{where}.{name}")
             continue
-        if now is not original:
-            replaced.append(f"{where}.{name}")
-            setattr(namespace, name, original)
+        if now is original:
+            continue
+        if _library_wrapper(now, original):
+            _ORIGINALS[(where, name)] = now  # the library's own change: the new original
+            continue
+        replaced.append(f"{where}.{name}")
+        setattr(namespace, name, original)
     return replaced + _restore_tensor()
 
 

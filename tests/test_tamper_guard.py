@@ -1,6 +1,9 @@
 """A check cannot be passed by replacing the functions it compares with (course_utils.tamper_guard)."""
 
 import builtins
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +11,8 @@ import torch.testing
 
 from course_utils import tamper_guard
 from course_utils.exercises import check
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _wrong_mask(seq_len):
@@ -82,3 +87,19 @@ def test_a_right_answer_untouched_passes_and_nothing_is_reported():
 def test_check_itself_is_not_fooled():
     torch.equal = lambda *a, **k: True
     assert not check("causal_mask", _wrong_mask, quiet=True).passed
+
+
+def test_a_library_wrapping_a_function_is_not_tampering():
+    import functools
+
+    original = torch.manual_seed
+    torch.manual_seed = functools.wraps(original)(lambda *a, **k: None)  # learner code, wearing the original's name
+    assert tamper_guard.restore() == ["torch.manual_seed"] and torch.manual_seed is original
+    # torch._dynamo wraps torch.manual_seed when it loads (lesson 09's imports load it): not the learner
+    code = (
+        "import sys, torch\nfrom course_utils import tamper_guard\nassert 'torch._dynamo' not in sys.modules\n"
+        "seed = torch.manual_seed\nimport torch._dynamo\nassert torch.manual_seed is not seed\n"
+        "print(tamper_guard.restore())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
