@@ -68,20 +68,38 @@ def test_repeat_kv_correct_alternatives_pass(candidate):
 # --------------------------------------------------------------------------- apply_rope
 
 
-def _rope(x, positions, base=10000.0, *, layout="half", shift=0, exponent=2, sign=1, swap=False, use_arange=False):
+def _rope(
+    x,
+    positions,
+    base=10000.0,
+    *,
+    layout="half",
+    shift=0,
+    exponent=2,
+    sign=1,
+    swap=False,
+    use_arange=False,
+    angles_layout=None,
+    keep_dtype=True,
+):
     """An independent RoPE (cos/sin over the full width), with switches for the planted mistakes."""
     d = x.shape[-1]
     pos = torch.arange(x.shape[-2]) if use_arange else positions
     theta = base ** (-exponent * torch.arange(d // 2).float() / d)
     angles = (pos.float() + shift)[:, None] * theta * sign
-    if layout == "half":
+    if (angles_layout or layout) == "half":
         angles = torch.cat((angles, angles), -1)
+    else:
+        angles = angles.repeat_interleave(2, -1)
+    if layout == "half":
         x1, x2 = x[..., : d // 2], x[..., d // 2 :]
         rotated = torch.cat((x2, -x1), -1) if swap else torch.cat((-x2, x1), -1)
     else:
-        angles = angles.repeat_interleave(2, -1)
         rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
-    return x * angles.cos() + rotated * angles.sin()
+    cos, sin = angles.cos(), angles.sin()
+    if keep_dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return x * cos + rotated * sin
 
 
 ROPE_MISTAKES = {
@@ -98,6 +116,15 @@ ROPE_MISTAKES = {
     "positions ignored": (lambda x, p, base=10000.0: _rope(x, p, base, use_arange=True), ex.ROPE_IGNORED_POSITIONS),
     "base ignored": (lambda x, p, base=10000.0: _rope(x, p), ex.ROPE_IGNORED_BASE),
     "float64 result": (lambda x, p, base=10000.0: _rope(x.double(), p, base), "float64"),
+    "float32 result for low precision": (lambda x, p, base=10000.0: _rope(x, p, base, keep_dtype=False), ex.ROPE_DTYPE),
+    "half-split pairs, interleaved angles": (
+        lambda x, p, base=10000.0: _rope(x, p, base, angles_layout="pairs"),
+        ex.ROPE_LAYOUT_MIX,
+    ),
+    "neighbour pairs, half-split angles": (
+        lambda x, p, base=10000.0: _rope(x, p, base, layout="pairs", angles_layout="half"),
+        ex.ROPE_LAYOUT_MIX,
+    ),
 }
 
 
@@ -213,6 +240,7 @@ GQA_MISTAKES = {
         lambda q, k, v, p, m=None: (_gqa(q, k, v, p, m), None),
         "tuple",
     ),
+    "float32 result": (lambda q, k, v, p, m=None: _gqa(q, k, v, p, m).float(), ex.GQA_DTYPE),
 }
 
 
@@ -274,3 +302,18 @@ def test_document_mistake_is_named(name):
 )
 def test_document_correct_alternatives_pass(candidate):
     assert_passes("document_mask_mod", candidate)
+
+
+def test_apply_rope_layout_mix_message_shows_where_it_first_differs():
+    result = check("apply_rope", ROPE_MISTAKES["half-split pairs, interleaved angles"][0], quiet=True)
+    assert "largest difference" not in result.message  # named, not a bare "not right"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_apply_rope_checks_each_dtype(dtype):
+    def only_this_dtype_wrong(x, positions, base=10000.0):
+        out = _rope(x, positions, base)
+        return out.float() if x.dtype == dtype else out
+
+    result = check("apply_rope", only_this_dtype_wrong, quiet=True)
+    assert not result.passed and str(dtype) in result.message, result.message

@@ -32,6 +32,8 @@ ROPE_EXPONENT_I = "wrong frequency exponent: base^(-i/d)"
 ROPE_EXPONENT_SIGN = "wrong frequency exponent: the minus sign is missing"
 ROPE_IGNORED_BASE = "you ignored the base argument"
 ROPE_DIRECTION = "you rotated the wrong way"
+ROPE_LAYOUT_MIX = "you mixed the two layouts"
+ROPE_DTYPE = "keep the input's dtype"
 
 SW_WINDOW_PLUS_ONE = "your window is one too wide"
 SW_WINDOW_MINUS_ONE = "your window is one too narrow"
@@ -50,6 +52,7 @@ GQA_TILED = "the query heads use the wrong key/value heads"
 GQA_MASK_IGNORED = "the mask was ignored"
 GQA_NO_SCALE = "you did not scale the scores by 1/sqrt(head_dim)"
 GQA_POSITIONS_IGNORED = "you ignored the positions"
+GQA_DTYPE = "the output should keep the inputs' dtype"
 
 DOC_NOT_CAUSAL = "tokens see the future of their own document"
 DOC_NO_DOCUMENTS = "tokens see other documents"
@@ -130,6 +133,24 @@ def check_repeat_kv(candidate):
 # --------------------------------------------------------------------------- apply_rope
 
 
+def _rope_layout_mix(x, positions, base, pairs):
+    """The pairing of one layout with the angles of the other (not a rotation at all).
+
+    pairs="half": rotate_half's pairs (i, i + d/2) with the interleaved angles theta_0, theta_0,
+    theta_1, theta_1, ...; pairs="interleaved": neighbours (2i, 2i+1) with cat(angles, angles)."""
+    d = x.shape[-1]
+    theta = base ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)
+    per_feature = theta.repeat_interleave(2) if pairs == "half" else torch.cat((theta, theta))
+    angle = positions.double()[:, None] * per_feature  # [S, d], one angle per feature
+    xd = x.double()
+    if pairs == "half":
+        x1, x2 = xd.chunk(2, dim=-1)
+        partner = torch.cat((-x2, x1), dim=-1)
+    else:
+        partner = torch.stack((-xd[..., 1::2], xd[..., 0::2]), dim=-1).flatten(-2)
+    return (xd * angle.cos() + partner * angle.sin()).to(x.dtype)
+
+
 def _rope_oracle(x, positions, base=10000.0, *, pairs="half", shift=0, exponent="right", sign=1):
     """RoPE by rotating explicit 2-D pairs; the keyword arguments plant the mistakes."""
     d = x.shape[-1]
@@ -156,7 +177,24 @@ def _rope_cases():
         ("x [2, 3, 5, 16] at positions [0, 1, 2, 7, 20]", _randn(g, 2, 3, 5, 16), torch.tensor([0, 1, 2, 7, 20]), None),
         ("x [4, 32] at positions [100, 101, 102, 103]", _randn(g, 4, 32), torch.arange(100, 104), None),
         ("x [1, 5, 8] with base=500000", _randn(g, 1, 5, 8), torch.tensor([3, 1, 4, 1, 5]), 500000.0),
+        (
+            "float64 x [2, 4, 16] at positions [0, 5, 9, 300]",
+            _randn(g, 2, 4, 16).double(),
+            torch.tensor([0, 5, 9, 300]),
+            None,
+        ),
+        ("float16 x [3, 8] at positions 0..2", _randn(g, 3, 8).half(), torch.arange(3), None),
+        (
+            "bfloat16 x [2, 3, 16] at positions [4, 8, 15]",
+            _randn(g, 2, 3, 16).bfloat16(),
+            torch.tensor([4, 8, 15]),
+            None,
+        ),
     ]
+
+
+# (atol, rtol) by dtype: the course's reference rounds cos and sin to x's dtype, as LLaMA does
+_ROPE_TOLERANCE = {torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 2e-2)}
 
 
 @exercise(
@@ -183,6 +221,19 @@ def check_apply_rope(candidate):
                 f"{ROPE_INTERLEAVED}, as in the RoFormer paper; here use LLaMA's layout, which pairs feature i "
                 f"with feature i + d/2 (rotate_half). {case}",
                 _rope_oracle(x, positions, base, pairs="interleaved"),
+            ),
+            (
+                f"{ROPE_LAYOUT_MIX}: you pair feature i with feature i + d/2 (rotate_half, LLaMA's layout) but "
+                f"gave the features the interleaved angles theta_0, theta_0, theta_1, theta_1, ... (the paper's "
+                f"layout), so the two features of a pair turn by different angles. In this layout the angles are "
+                f"`torch.cat((angles, angles), dim=-1)`, not `angles.repeat_interleave(2, dim=-1)`. {case}",
+                _rope_layout_mix(x, positions, base, "half"),
+            ),
+            (
+                f"{ROPE_LAYOUT_MIX}: you rotate neighbouring pairs (2i, 2i+1), the paper's layout, but with the "
+                f"angles of LLaMA's layout, cat(angles, angles). Use LLaMA's layout throughout: pair feature i with "
+                f"feature i + d/2 (rotate_half) and give both the angle of pair i. {case}",
+                _rope_layout_mix(x, positions, base, "interleaved"),
             ),
             (
                 f"{ROPE_DIRECTION} (by minus the angle): it is x * cos + rotate_half(x) * sin, with a plus, and "
@@ -223,9 +274,21 @@ def check_apply_rope(candidate):
                     _rope_oracle(x, positions, 10000.0),
                 )
             )
-        diagnose(got, expected, mistakes, atol=1e-4, rtol=1e-4, context=description)
-        if got.dtype != x.dtype:
-            raise Mistake(f"keep the input's dtype {x.dtype}; you returned {got.dtype} ({description}).")
+        _expect_rope_dtype(got, x, description)
+        atol, rtol = _ROPE_TOLERANCE.get(x.dtype, (1e-4, 1e-4))
+        diagnose(got, expected, mistakes, atol=atol, rtol=rtol, context=description)
+
+
+def _expect_rope_dtype(got, x, description):
+    if not isinstance(got, torch.Tensor) or got.dtype == x.dtype:
+        return
+    if (x.dtype, got.dtype) == (torch.float32, torch.float64):
+        return  # diagnose names a float64 result of float32 inputs
+    raise Mistake(
+        f"{ROPE_DTYPE} {x.dtype}; you returned {got.dtype} ({description}). The angles are float32 (or float64): "
+        f"x * angles.cos() promotes x to their dtype. Cast cos and sin to x's dtype first, "
+        f"`cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)`."
+    )
 
 
 # --------------------------------------------------------------------------- sliding_window_mask
@@ -352,6 +415,22 @@ def _gqa_cases():
             torch.arange(s),
             causal,
         ),
+        (
+            "float64, 4 query heads, 2 KV heads, causal",
+            _randn(g, 1, 4, s, 8).double(),
+            _randn(g, 1, 2, s, 8).double(),
+            _randn(g, 1, 2, s, 8).double(),
+            positions,
+            causal,
+        ),
+        (
+            "bfloat16, 4 query heads, 2 KV heads, no mask",
+            _randn(g, 1, 4, s, 8).bfloat16(),
+            _randn(g, 1, 2, s, 8).bfloat16(),
+            _randn(g, 1, 2, s, 8).bfloat16(),
+            positions,
+            None,
+        ),
     ]
 
 
@@ -408,7 +487,17 @@ def check_grouped_query_attention(candidate):
                     _gqa_variant(q, k, v, torch.arange(len(positions)), mask),
                 )
             )
-        diagnose(got, expected, mistakes, atol=1e-5, rtol=1e-4, context=description)
+        if (
+            isinstance(got, torch.Tensor)
+            and got.dtype != q.dtype
+            and (q.dtype, got.dtype) != (torch.float32, torch.float64)
+        ):
+            raise Mistake(
+                f"{GQA_DTYPE} {q.dtype}, but it is {got.dtype} ({description}): make new tensors with "
+                f"dtype=q.dtype (or torch.zeros_like, x.new_tensor) so nothing promotes the result."
+            )
+        atol, rtol = (5e-2, 2e-2) if q.dtype == torch.bfloat16 else (1e-5, 1e-4)
+        diagnose(got, expected, mistakes, atol=atol, rtol=rtol, context=description)
 
 
 # --------------------------------------------------------------------------- a FlexAttention mask_mod
