@@ -8,7 +8,9 @@ argument (a tensor, or a tuple that its ``forward`` unpacks) and returns class s
     history = fit(model, sample_batch, steps=300, evaluate=lambda: {"accuracy": ...})
 """
 
+import html
 import math
+import time
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +48,69 @@ def _to(batch, device):
     return batch.to(device)
 
 
+class _Progress:
+    """A progress line: in a notebook, one output updated in place (not stderr, which JupyterLab
+    shows in pink, like an error); elsewhere tqdm's text bar on stderr.
+
+    The notebook's output ends as it began ("training: 300 steps"), so a saved notebook's output
+    does not depend on timings or on how far the bar had got when it was saved."""
+
+    def __init__(self, steps, desc, enabled):
+        self.steps, self.desc, self.handle, self.bar, self.last = steps, desc, None, None, 0.0
+        if not enabled:
+            return
+        if _in_notebook():
+            from IPython.display import display
+
+            self.handle = display(self._data(), raw=True, display_id=True)
+        else:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=steps, desc=desc, mininterval=0.5)
+
+    def _data(self, done=None, details=""):
+        if done is None:
+            text = f"{self.desc}: {self.steps} steps"
+            return {"text/plain": text, "text/html": f"<span>{html.escape(text)}</span>"}
+        text = f"{self.desc}: step {done} of {self.steps}{details}"
+        bar = f'<progress value="{done}" max="{self.steps}" style="width:240px;vertical-align:middle"></progress>'
+        return {"text/plain": text, "text/html": f"{bar} <span>{html.escape(text)}</span>"}
+
+    def update(self, done, **measures):
+        details = "".join(f", {name} {value}" for name, value in measures.items())
+        if self.bar is not None:
+            self.bar.update(1)
+            if measures:
+                self.bar.set_postfix(measures, refresh=False)
+        elif self.handle is not None and (time.monotonic() - self.last > 0.5 or done == self.steps):
+            self.last = time.monotonic()
+            self.handle.update(self._data(done, details), raw=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.handle is not None:
+            self.handle.update(self._data(), raw=True)  # as it began: see the class docstring
+
+
+def _in_notebook():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and hasattr(shell, "kernel")
+
+
+def _check_targets(targets, step_index):
+    if isinstance(targets, torch.Tensor) and targets.numel() and bool((targets == -100).all()):
+        raise ValueError(
+            f"batch {step_index} has no target to learn from: every target is -100 (padding, which the loss "
+            f"ignores), so the loss would be the mean of nothing (NaN) and training would go on with NaN. "
+            f"Check that sample_batch puts real token ids (or classes) where the model should predict them."
+        )
+
+
 def fit(
     model,
     sample_batch,
@@ -70,8 +135,6 @@ def fit(
     ``single_thread``: on a CPU, a model this small trains faster on one thread
     (no cost of coordinating threads) and the result does not depend on the core count.
     """
-    from tqdm import tqdm  # the plain (text) bar: it goes to stderr, which the notebook tests ignore
-
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
     device = next(model.parameters()).device
@@ -81,11 +144,12 @@ def fit(
     threads = torch.get_num_threads()
     if single_thread and device.type == "cpu":
         torch.set_num_threads(1)
+    bar = _Progress(steps, desc, progress)
     try:
         model.train()
-        bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=0.5)
-        for step_index in bar:
+        for step_index in range(steps):
             inputs, targets = sample_batch(generator)
+            _check_targets(targets, step_index)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step_index, steps, lr, warmup)
             loss = step(model, optimizer, _to(inputs, device), targets.to(device))
@@ -94,13 +158,16 @@ def fit(
                     f"step(...) must return the loss as a Python float (loss.item()), got {type(loss).__name__}"
                 )
             history["loss"].append(loss)
+            shown = {"loss": f"{loss:.4f}"}
             if evaluate is not None and ((step_index + 1) % eval_every == 0 or step_index + 1 == steps):
                 measures = evaluate()
                 history["eval_steps"].append(step_index + 1)
                 for name, value in measures.items():
                     history.setdefault(name, []).append(value)
-                bar.set_postfix(loss=f"{loss:.4f}", **{name: f"{value:.3f}" for name, value in measures.items()})
+                shown.update({name: f"{value:.3f}" for name, value in measures.items()})
+            bar.update(step_index + 1, **shown)
     finally:
+        bar.close()
         torch.set_num_threads(threads)
     model.eval()
     return history

@@ -84,3 +84,47 @@ def test_learning_rate_warms_up_then_decays_to_zero():
 def test_steps_must_be_a_positive_int(steps):
     with pytest.raises(ValueError, match="positive int"):
         fit(nn.Linear(3, 3), _linear_task, steps=steps, progress=False)
+
+
+def test_a_batch_whose_targets_are_all_padding_stops_with_a_clear_error():
+    def all_padding(generator):
+        x, _ = _linear_task(generator)
+        return x, torch.full((x.shape[0],), -100)
+
+    model = nn.Linear(3, 3)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"batch 0 has no target to learn from: every target is -100"):
+        fit(model, all_padding, steps=3, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)), "no step on NaN"
+
+
+def _run_in_a_kernel(code):
+    """The outputs a notebook cell running ``code`` saves, as papermill and JupyterLab store them."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    return nb.cells[0].outputs
+
+
+def test_in_a_notebook_the_progress_is_not_stderr_and_its_saved_output_is_fixed():
+    code = (
+        "import torch, torch.nn as nn\nfrom course_utils.training import fit\n"
+        "def task(g):\n    x = torch.randn(32, 3, generator=g)\n    return x, x.argmax(-1)\n"
+        "h = fit(nn.Linear(3, 3), task, steps=40, desc='training the probe')\nprint(len(h['loss']))"
+    )
+    outputs = _run_in_a_kernel(code)
+    assert [o.get("name") for o in outputs if o.output_type == "stream"] == ["stdout"], outputs  # no stderr (pink)
+    (line,) = [o for o in outputs if o.output_type == "display_data"]
+    # what nbval compares with: the first display (nbval ignores updates), and what papermill saves
+    assert line.data["text/plain"] == "training the probe: 40 steps"
+    assert "training the probe: 40 steps" in line.data["text/html"]
+
+
+def test_progress_updates_say_how_far_training_got():
+    from course_utils.training import _Progress
+
+    bar = _Progress(10, "training", enabled=False)
+    assert bar._data(4, ", loss 0.5000")["text/plain"] == "training: step 4 of 10, loss 0.5000"
+    assert '<progress value="4" max="10"' in bar._data(4)["text/html"]
