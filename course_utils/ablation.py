@@ -16,6 +16,7 @@ layer-by-layer separation of paraphrases.
 """
 
 import json
+import operator
 from pathlib import Path
 
 import torch
@@ -64,10 +65,39 @@ def paraphrase_gap(a, b, is_paraphrase):
     """Mean cosine similarity of the paraphrase pairs minus that of the other pairs.
 
     a, b: [pairs, d] vectors of each pair's two sentences (any length: cosine divides
-    it out). Large = the embeddings tell paraphrases from non-paraphrases.
+    it out). is_paraphrase: [pairs], True (or 1) for a paraphrase pair. Large = the
+    embeddings tell paraphrases from non-paraphrases.
     """
+    is_paraphrase = _paraphrase_labels(a, b, is_paraphrase)
     cos = F.cosine_similarity(a, b, dim=-1)  # [pairs]
     return cos[is_paraphrase].mean() - cos[~is_paraphrase].mean()
+
+
+def _paraphrase_labels(a, b, is_paraphrase):
+    """is_paraphrase as a bool tensor, or a clear error (0/1 integers would index pairs 0 and 1)."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a tensor [pairs, d] of one side of each pair, got {got}")
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same shape [pairs, d], got {tuple(a.shape)} and {tuple(b.shape)}")
+    labels = torch.as_tensor(is_paraphrase) if isinstance(is_paraphrase, (list, tuple)) else is_paraphrase
+    if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or len(labels) != len(a):
+        got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
+        raise ValueError(f"is_paraphrase must be a 1-d tensor with one label per pair ({len(a)}), got {got}")
+    if labels.dtype != torch.bool:
+        if labels.is_complex() or not ((labels == 0) | (labels == 1)).all():
+            raise ValueError(
+                f"is_paraphrase must hold True/False (or 1/0) per pair, got values {labels.unique().tolist()}"
+            )
+        labels = labels == 1
+    if labels.all() or not labels.any():
+        kind = "paraphrases" if labels.all() else "non-paraphrases"
+        raise ValueError(
+            f"every pair is marked as one kind ({kind}): the gap compares paraphrase pairs with the other pairs, "
+            f"so it needs at least one of each"
+        )
+    return labels
 
 
 def pair_embedder(pairs, model=None, means=None):
@@ -123,9 +153,26 @@ def heads_mask(heads, num_layers=6, num_heads=12):
 
 def random_heads(k, generator, num_layers=6, num_heads=12, exclude=()):
     """k distinct (layer, head) pairs drawn uniformly, none of them in ``exclude``."""
-    allowed = [(lay, h) for lay in range(num_layers) for h in range(num_heads) if (lay, h) not in set(exclude)]
+    exclude = {tuple(int(i) for i in pair) for pair in exclude}  # (layer, head) pairs, also as lists or tensors
+    allowed = [(lay, h) for lay in range(num_layers) for h in range(num_heads) if (lay, h) not in exclude]
+    k = _head_count(k, len(allowed), num_layers, num_heads, len(exclude))
     order = torch.randperm(len(allowed), generator=generator)[:k].tolist()
     return [allowed[i] for i in order]
+
+
+def _head_count(k, available, num_layers, num_heads, excluded):
+    try:
+        k = None if isinstance(k, bool) else operator.index(k)
+    except TypeError:
+        k = None
+    if k is None or k < 0:
+        raise ValueError(f"k must be a whole number of heads >= 0, got {k!r}")
+    if k > available:
+        raise ValueError(
+            f"k={k} distinct heads asked for, but only {available} can be drawn ({num_layers} layers x "
+            f"{num_heads} heads{f', minus {excluded} excluded' if excluded else ''})"
+        )
+    return k
 
 
 # ---------------------------------------------------------------------------
