@@ -310,3 +310,117 @@ def load_sweep(kind="zero", path=None):
     if kind not in ("zero", "mean"):
         raise ValueError(f"kind must be 'zero' or 'mean', got {kind!r}")
     return torch.tensor(data[kind])
+
+
+# ---------------------------------------------------------------------------
+# How sure are we? Per-pair numbers, a bootstrap over the pairs, chance levels
+# ---------------------------------------------------------------------------
+
+__all__ += [
+    "pair_cosines",
+    "one_head_cosines",
+    "bootstrap_weights",
+    "gap_from_cosines",
+    "ranked_right",
+    "layer_cosines",
+    "load_controls",
+]
+
+
+def pair_cosines(embed_pairs, head_mask):
+    """[pairs]: the cosine of each pair's two vectors with ``head_mask`` applied.
+
+    The paraphrase gap is a difference of two means of these numbers, so keeping them
+    (instead of the gap alone) lets us resample the pairs and see how much the gap
+    would move with other pairs of the same kind.
+    """
+    return F.cosine_similarity(*embed_pairs(head_mask), dim=-1)
+
+
+def one_head_cosines(embed_pairs, num_layers, num_heads):
+    """[layers, heads, pairs]: ``pair_cosines`` with each single head removed in turn."""
+    keep_all = torch.ones(num_layers, num_heads)
+    cosines = []
+    for layer in range(num_layers):
+        for head in range(num_heads):
+            head_mask = keep_all.clone()
+            head_mask[layer, head] = 0.0
+            cosines.append(pair_cosines(embed_pairs, head_mask))
+    return torch.stack(cosines).unflatten(0, (num_layers, num_heads))
+
+
+def _check_pair_inputs(cosines, is_paraphrase):
+    if not isinstance(is_paraphrase, torch.Tensor) or is_paraphrase.dtype != torch.bool or is_paraphrase.dim() != 1:
+        raise TypeError("is_paraphrase must be a 1-d bool tensor [pairs] (what load_pairs returns)")
+    if cosines.shape[-1] != len(is_paraphrase):
+        raise ValueError(
+            f"the last axis of the cosines must hold the {len(is_paraphrase)} pairs, got shape {tuple(cosines.shape)}"
+        )
+    if is_paraphrase.all() or not is_paraphrase.any():
+        raise ValueError("is_paraphrase needs at least one paraphrase and one non-paraphrase pair")
+
+
+def bootstrap_weights(is_paraphrase, draws, generator):
+    """[draws, pairs]: how often each pair is picked in each bootstrap sample.
+
+    A sample draws as many paraphrase pairs as there are, with replacement, from the
+    paraphrases, and likewise for the non-paraphrases, so every sample keeps the
+    24 + 24 design. Counts (not indices) let one matrix product evaluate all samples.
+    """
+    _check_pair_inputs(torch.zeros(len(is_paraphrase)), is_paraphrase)
+    weights = torch.zeros(draws, len(is_paraphrase))
+    for group in (is_paraphrase, ~is_paraphrase):
+        members = group.nonzero().flatten()
+        picks = members[torch.randint(len(members), (draws, len(members)), generator=generator)]
+        weights.scatter_add_(1, picks, torch.ones(picks.shape))
+    return weights
+
+
+def gap_from_cosines(cosines, is_paraphrase, weights=None):
+    """The paraphrase gap from per-pair cosines [..., pairs]; with bootstrap ``weights``
+    [draws, pairs], one gap per sample: [draws, ...]."""
+    _check_pair_inputs(cosines, is_paraphrase)
+    cosines = cosines.double()
+    if weights is None:
+        return cosines[..., is_paraphrase].mean(-1) - cosines[..., ~is_paraphrase].mean(-1)
+    w = weights.double()
+    flat = cosines.reshape(-1, cosines.shape[-1])  # [rows, pairs]
+    means = []
+    for group in (is_paraphrase, ~is_paraphrase):
+        wg = w * group  # the sample's weights on this group only
+        means.append((wg @ flat.T) / wg.sum(-1, keepdim=True))  # [draws, rows]
+    return (means[0] - means[1]).reshape(len(weights), *cosines.shape[:-1])
+
+
+def ranked_right(cosines, is_paraphrase, weights=None):
+    """Share of (paraphrase pair, non-paraphrase pair) combinations in which the paraphrase
+    has the higher cosine (0.5 = chance, 1 = every paraphrase above every non-paraphrase;
+    the area under the ROC curve). cosines [..., pairs]; with ``weights`` [draws, pairs]: [draws, ...]."""
+    _check_pair_inputs(cosines, is_paraphrase)
+    above = (cosines[..., is_paraphrase, None] > cosines[..., None, ~is_paraphrase]).double()  # [..., P, N]
+    if weights is None:
+        return above.mean((-1, -2))
+    wp, wn = weights[:, is_paraphrase].double(), weights[:, ~is_paraphrase].double()  # [draws, P], [draws, N]
+    total = torch.einsum("dp,...pn,dn->d...", wp, above, wn)
+    return total / (wp.sum(-1) * wn.sum(-1)).reshape(-1, *[1] * (cosines.dim() - 1))
+
+
+@torch.no_grad()
+def layer_cosines(pairs, model=None):
+    """[layers + 1, pairs]: each pair's cosine of its mean-pooled vectors, for the embeddings
+    and after every layer (what ``layer_separation`` summarises)."""
+    model = load_model() if model is None else model
+    out = encode([a for a, _ in pairs] + [b for _, b in pairs], model)
+    n = len(pairs)
+    pooled = torch.stack([mean_pool(s, out.input_ids, model.config.pad_token_id) for s in out.hidden_states]).cpu()
+    return F.cosine_similarity(pooled[:, :n], pooled[:, n:], dim=-1)
+
+
+def load_controls(path=None):
+    """The stored per-pair cosines and random-head controls of lesson 06b
+    (``scripts/head_ablation_controls.py`` makes them): a dict of tensors and lists."""
+    data = json.loads(Path(path or DATA_DIR / "head_ablation_controls.json").read_text())
+    for key in ("intact_cosines", "zero_cosines", "mean_cosines", "bias_controls", "verb_controls"):
+        if key in data:
+            data[key] = torch.tensor(data[key], dtype=torch.float64)
+    return data
