@@ -31,6 +31,8 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
 	# make `import course_utils` work from any folder, notebooks included
 	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'attention_course.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
+	# the course's JupyterLab defaults (jupyter/overrides.json): no news prompt, nothing fetched online
+	mkdir -p $(VENV)/share/jupyter/lab/settings && cp jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/
 	touch $@
 
 lab: install
@@ -72,11 +74,13 @@ progress:
 doctor:
 	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/doctor.py
 
-# Instructors and CI: run copies of the notebooks in NOTEBOOKS_DIR, check every exercise, write
-# artifacts/grade/grade.md and grade.json; exit 1 unless all passed (ALLOW_NOT_ATTEMPTED=1 lets stubs pass)
+# Instructors and CI: run copies of the notebooks in NOTEBOOKS_DIR (or of each learner's folder in it),
+# check every exercise, write artifacts/grade/ (grade.md, grade.json, gradebook.csv); exit 1 unless all
+# passed (ALLOW_NOT_ATTEMPTED=1 lets stubs pass). GRADE_TIME_LIMIT: seconds for one notebook's cells
 NOTEBOOKS_DIR ?= notebooks
+GRADE_TIME_LIMIT ?= 300
 grade: install
-	$(PY) -m course_utils.grade $(NOTEBOOKS_DIR) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
+	$(PY) -m course_utils.grade $(NOTEBOOKS_DIR) --time-limit $(GRADE_TIME_LIMIT) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
 
 # Re-execute every notebook in place, in order, each in a fresh kernel (how `test` checks them)
 execute: install
