@@ -46,3 +46,26 @@ def test_workflow_runs_the_tests_reports_progress_and_uploads_artifacts():
     assert any(u.startswith("actions/cache@") for u in uses)
     upload = next(step for step in steps if step.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["with"]["path"] == "artifacts/" and upload["if"] == "always()"
+
+
+def test_workflow_installs_the_cpu_build_of_torch_and_gives_chromium_shared_memory():
+    job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["test"]
+    assert job["env"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    assert "cpu" in next(s for s in job["steps"] if s.get("uses", "").startswith("actions/cache@"))["with"]["key"]
+    assert "--shm-size=" in job["container"]["options"]
+    # make install passes it to pip: the torch step would fetch from the CPU index
+    done = subprocess.run(
+        ["make", "-n", "-B", "install", "VENV=/nonexistent-venv", f"TORCH_INDEX_URL={job['env']['TORCH_INDEX_URL']}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    torch_step = next(line for line in done.stdout.replace("\\\n", " ").splitlines() if "torch==" in line)
+    assert "--index-url https://download.pytorch.org/whl/cpu" in torch_step
+
+
+def test_the_browser_test_needs_no_large_dev_shm():
+    from tests.test_browser import CHROMIUM_ARGS
+
+    assert "--disable-dev-shm-usage" in CHROMIUM_ARGS
