@@ -124,3 +124,17 @@ def test_a_skipped_test_says_why_in_the_summary(tmp_path):
     )
     summary = done.stdout.split("short test summary info", 1)[-1]
     assert "SKIPPED" in summary and "no chromium here" in summary, done.stdout
+
+
+def test_install_puts_the_course_jupyterlab_settings_where_jupyterlab_reads_them():
+    """No 'notified about official Jupyter news?' prompt: the default is off in the course's settings."""
+    import json
+
+    settings = json.loads((ROOT / "jupyter" / "overrides.json").read_text())
+    notification = settings["@jupyterlab/apputils-extension:notification"]
+    assert notification == {"fetchNews": "false", "checkForUpdates": False}
+    done = subprocess.run(
+        ["make", "-n", "-B", "install", "VENV=/nonexistent-venv"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    # JupyterLab reads default overrides from <prefix>/share/jupyter/lab/settings/overrides.json
+    assert "cp jupyter/overrides.json /nonexistent-venv/share/jupyter/lab/settings/" in done.stdout
