@@ -72,6 +72,8 @@ def online_softmax(x, block_size):
 
 def _check_tiled_inputs(q, k, v, causal):
     _check_qkv(q, k, v)  # tensors of one dtype and device, matching sizes, batch dims that broadcast
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
     if q.shape[-2] == 0 or k.shape[-2] == 0:
         raise ValueError(f"q and k need at least one position, got q {tuple(q.shape)}, k {tuple(k.shape)}")
     if causal and q.shape[-2] > k.shape[-2]:
@@ -196,6 +198,15 @@ def attend_with_cache(mha, x, cache):
 
 
 @torch.no_grad()
+def _check_generate_inputs(mha, prompt, steps):
+    if not all(hasattr(mha, name) for name in ("d_model", "num_heads", "head_dim")):
+        raise TypeError(f"mha must be the course's MultiHeadAttention layer, got {type(mha).__name__}")
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 3 or prompt.shape[-1] != mha.d_model:
+        got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
+        raise ValueError(f"prompt must be a tensor [batch, P, d_model={mha.d_model}], got {got}")
+    return _positive_int(steps, "steps")
+
+
 def generate(mha, prompt, steps, use_cache=True, step_times=None):
     """Autoregressive decoding with one attention layer as a toy language model.
 
@@ -205,9 +216,7 @@ def generate(mha, prompt, steps, use_cache=True, step_times=None):
     ``use_cache=True`` processes the prompt once, then one token per step.
     ``step_times``: a list that receives the seconds each step took.
     """
-    steps = _positive_int(steps, "steps")
-    if prompt.dim() != 3 or prompt.shape[-1] != mha.d_model:
-        raise ValueError(f"prompt must have shape [batch, P, d_model={mha.d_model}], got {tuple(prompt.shape)}")
+    steps = _check_generate_inputs(mha, prompt, steps)
     sequence = prompt
     if use_cache:
         cache = KVCache(
@@ -270,6 +279,10 @@ def sdpa_methods(device, dtype=torch.float32, head_dim=64):
 
 def attention_flops(batch, heads, n_q, n_k, head_dim, causal=False):
     """Forward FLOPs: q k^T and weights @ v, each 2 * n_q * n_k * d per head; causal skips half."""
+    batch, heads, n_q, n_k, head_dim = (
+        _positive_int(value, name)
+        for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("head_dim", head_dim))
+    )
     flops = 4 * batch * heads * n_q * n_k * head_dim
     return flops // 2 if causal else flops
 

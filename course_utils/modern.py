@@ -362,9 +362,16 @@ class MultiHeadLatentAttention(nn.Module):
 
     def compress(self, x, positions=None):
         """What the cache holds for x [B, S, d_model]: (latent [B, S, r], rotated rope key [B, S, d_R])."""
+        self._check_x(x)
         if positions is None:
             positions = torch.arange(x.shape[1], device=x.device)
         return self.kv_down(x), apply_rope(self.rope_key_linear(x), positions, self.rope_base)
+
+    def _check_x(self, x):
+        d_model = self.kv_down.in_features
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape [batch, seq_len, d_model={d_model}], got {got}")
 
     def _queries(self, x, positions):
         q = split_heads(self.query_linear(x), self.num_heads)  # [B, H, S, d_h + d_R]
@@ -373,6 +380,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def forward(self, x, mask=None, positions=None):
         """Keys and values of every head rebuilt from the latent: x [B, S, d_model] -> [B, S, d_model]."""
+        self._check_x(x)
         if positions is None:
             positions = torch.arange(x.shape[1], device=x.device)
         latent, rope_key = self.compress(x, positions)

@@ -25,6 +25,7 @@ import contextlib
 import copy
 import functools
 import json
+import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -500,8 +501,7 @@ def query_key_vectors(text, layer, model=None):
     hidden state before it), then split_heads, exactly as inside its attention.
     """
     model = load_model() if model is None else model
-    if not 0 <= layer < model.config.num_layers:
-        raise ValueError(f"layer must be in 0..{model.config.num_layers - 1}, got {layer}")
+    layer = _layer_index(layer, model.config.num_layers)
     out = encode(_single(text), model)
     attention = model.encoder.layers[layer].self_attention
     x = out.hidden_states[layer]  # [1, S, d_model]: this layer's input
@@ -510,8 +510,30 @@ def query_key_vectors(text, layer, model=None):
     return out.tokens[0], q[0].cpu(), k[0].cpu()
 
 
+def _layer_index(layer, num_layers):
+    try:
+        index = None if isinstance(layer, bool) else operator.index(layer)
+    except TypeError:
+        index = None
+    if index is None or not 0 <= index < num_layers:
+        raise ValueError(f"layer must be in 0..{num_layers - 1} (a whole number), got {layer!r}")
+    return index
+
+
+def _check_pool_inputs(states, input_ids):
+    if not isinstance(states, torch.Tensor) or states.dim() != 3:
+        got = tuple(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
+        raise ValueError(f"states must be a tensor [batch, seq_len, d] (e.g. last_hidden_state), got {got}")
+    if not isinstance(input_ids, torch.Tensor) or tuple(input_ids.shape) != tuple(states.shape[:2]):
+        got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(
+            f"input_ids must be the [batch, seq_len] = {list(states.shape[:2])} token ids of the same batch, got {got}"
+        )
+
+
 def mean_pool(states, input_ids, pad_token_id=0):
     """Mean of the vectors [B, S, d] over each sentence's real tokens (not [PAD]) -> [B, d]."""
+    _check_pool_inputs(states, input_ids)
     real = (input_ids != pad_token_id).unsqueeze(-1).to(states.dtype)  # [B, S, 1]
     return (states * real).sum(1) / real.sum(1)
 
