@@ -578,12 +578,18 @@ def _views_js():
     return JS_PATH.read_text(encoding="utf-8")
 
 
+# Under the picture until the view's script runs (JupyterLab runs no script of a notebook opened from
+# disk until its cell runs again): it says what the learner sees and how to get the live view
+STATIC_CAPTION = "A static picture of this view. For the interactive one (hover, click), run this cell: Shift+Enter."
+
+
 class AttentionView:
     """An interactive view for notebooks: offline HTML plus a static PNG in the same output.
 
     Jupyter shows ``text/html`` (the interactive view; the PNG inside it is shown where
     scripts do not run), other front ends may use ``image/png`` or ``text/plain``.
-    ``note`` (e.g. which tokens were left out) is shown above both.
+    ``note`` (e.g. which tokens were left out) is shown above both. The view draws its own white
+    background and dark text, so it reads the same in JupyterLab's light and dark themes.
     ``save_html(path)`` writes a page you can open in any browser, offline.
     """
 
@@ -605,6 +611,7 @@ class AttentionView:
             f'style="background:#fff;color:#222;font:13px sans-serif;padding:4px">{note_html}'
             f'<img class="cu-fallback" alt="{html.escape(description)}" style="max-width:100%" '
             f'src="data:image/png;base64,{png64}"/>'
+            f'<div class="cu-static" style="color:#555;font-size:11px">{STATIC_CAPTION}</div>'
             f'<div class="cu-live" style="display:none"></div></div>\n'
             f'<script>(function(){{"use strict";var D={data};var VIEW="{self.element_id}";\n{_views_js()}}})();</script>'
         )

@@ -41,11 +41,12 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-dev-shm-usage",  # a container's /dev/shm (64 MB by default) is too small for Chromium
 ]
-# Settings for this JupyterLab only: every cell in the DOM (no windowing), no news from the internet.
+# Settings for this JupyterLab only: every cell in the DOM (no windowing). The news prompt is switched
+# off by the course's own settings (jupyter/overrides.json, installed by `make install`), not here.
 USER_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
 }
 
 
@@ -171,6 +172,29 @@ NUMBERS = """(root, side) => Array.from(root.querySelectorAll(`.cu-live text.cu-
     .map(t => t.textContent)"""
 
 
+# WCAG's contrast ratio of each label of the views against the colour behind it (4.5: readable text)
+CONTRASTS = """root => {
+    const rgb = s => (s.match(/[\\d.]+/g) || []).map(Number);
+    const lum = ([r, g, b]) => [r, g, b].map(c => c / 255)
+        .map(c => c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4)
+        .reduce((sum, c, i) => sum + c * [0.2126, 0.7152, 0.0722][i], 0);
+    const behind = node => {
+        for (let e = node; e; e = e.parentElement) {
+            const c = rgb(getComputedStyle(e).backgroundColor);
+            if (c.length >= 3 && (c.length === 3 || c[3] > 0)) return c.slice(0, 3);
+        }
+        return [255, 255, 255];
+    };
+    const labels = root.querySelectorAll('.cu-grid td, .cu-controls, .cu-hover, text.cu-tok');
+    return Array.from(labels).filter(e => e.textContent.trim()).map(e => {
+        const style = getComputedStyle(e);
+        const ink = rgb(e instanceof SVGElement ? style.fill : style.color).slice(0, 3);
+        const [a, b] = [lum(ink), lum(behind(e))].sort((x, y) => y - x);
+        return [e.textContent.trim(), Math.round(100 * (a + 0.05) / (b + 0.05)) / 100];
+    });
+}"""
+
+
 def test_lesson_04_runs_in_jupyterlab_and_its_views_react(browser, jupyterlab):
     base, token, root = jupyterlab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -184,6 +208,10 @@ def test_lesson_04_runs_in_jupyterlab_and_its_views_react(browser, jupyterlab):
         page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=60_000)
         status = page.evaluate(KERNEL_READY)
         assert status == "idle", f"the kernel is {status}"
+        # no "notified about official Jupyter news?" prompt over the outputs (the course's settings)
+        page.wait_for_timeout(3000)
+        news = page.locator(".jp-toast-message, .Toastify__toast").all_inner_texts()
+        assert not [t for t in news if "news" in t.lower()], f"JupyterLab asks about news: {news}"
         # as committed, the notebook is not trusted here: its scripts do not run and the
         # static picture inside each interactive output is what the learner sees
         stored = page.evaluate(STORED_VIEWS)
@@ -256,6 +284,18 @@ def test_lesson_04_runs_in_jupyterlab_and_its_views_react(browser, jupyterlab):
     assert "layer 1, head 2" in model_view.locator(".cu-detail").inner_text()
     assert model_view.locator(".cu-detail line.cu-line").count() > 0
     model_view.screenshot(path=str(ARTIFACTS / "lesson04_model_view.png"))
+
+    # JupyterLab's dark theme: every label of both views still readable (the views draw their own colours)
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.wait_for_function("document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+    page.wait_for_timeout(500)
+    for view in (head_view, model_view):
+        contrasts = view.evaluate(CONTRASTS)
+        assert contrasts and all(ratio >= 4.5 for _, ratio in contrasts), f"unreadable in the dark theme: {contrasts}"
+    labels = [text for text, _ in model_view.evaluate(CONTRASTS)]
+    assert "layer 0" in labels and "head 0" in labels, labels
+    model_view.screenshot(path=str(ARTIFACTS / "lesson04_model_view_dark.png"))
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
 
     # what the kernel produced, as JupyterLab saves it: every cell ran once, in order, without errors
     page.keyboard.press("Control+s")
@@ -340,5 +380,25 @@ def test_saved_model_view_has_a_colour_bar_and_names_the_cell_under_the_mouse(br
     assert (
         root.locator(".cu-hover").inner_text().endswith("query \u201cvoiture\u201d \u2192 key \u201cthe\u201d = 0.700")
     )
+    assert problems == [], problems
+    page.close()
+
+
+def test_the_static_picture_says_it_is_static_and_how_to_get_the_live_view(browser, tmp_path):
+    from course_utils import viz
+
+    view = viz.model_view([[ASYMMETRIC, ASYMMETRIC[::-1]]], (QUERIES, KEYS))
+    view.save_html(tmp_path / "model.html")
+    # where scripts do not run (a notebook opened from disk, not yet run): the picture and its caption
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto((tmp_path / "model.html").as_uri())
+    caption = page.locator(".cu-attn .cu-static")
+    assert page.locator(".cu-attn img.cu-fallback").is_visible() and caption.is_visible()
+    assert "static picture" in caption.inner_text() and "run this cell" in caption.inner_text()
+    context.close()
+    # where the script runs, the live view replaces both
+    page, root, problems = _open_saved(browser, view, tmp_path / "model.html")
+    assert root.locator(".cu-static").is_hidden() and root.locator(".cu-fallback").is_hidden()
     assert problems == [], problems
     page.close()

@@ -9,6 +9,7 @@
  */
 var NS = "http://www.w3.org/2000/svg";
 var NO_SELECT = "user-select:none;-webkit-user-select:none;";  /* double-clicks must not select text */
+var INK = "color:#222;background:#fff;";  /* the view's own colours, whatever the notebook's theme */
 
 function el(tag, attrs, parent, svg) {
   var e = svg ? document.createElementNS(NS, tag) : document.createElement(tag);
@@ -122,7 +123,7 @@ function headView(live) {
   var bar = el("div", {"class": "cu-controls", style: NO_SELECT + "margin:2px 0 6px 0"}, live);
   if (D.layers.length > 1) {
     el("span", {text: "Layer: "}, bar);
-    var sel = el("select", {"class": "cu-layer"}, bar);
+    var sel = el("select", {"class": "cu-layer", style: INK}, bar);
     D.layers.forEach(function (l, li) {
       var o = el("option", {value: li, text: String(l)}, sel);
       if (li === layer) o.selected = true;
@@ -175,17 +176,20 @@ function modelView(live) {
   colorBar(live, vmax / 1000);
   var hover = el("div", {"class": "cu-hover", style: "font-size:12px;min-height:16px;color:#222",
     text: "\u00a0"}, live);
-  var table = el("table", {"class": "cu-grid", style: NO_SELECT + "border-collapse:collapse"}, live);
-  var head = el("tr", {}, table);
-  el("td", {}, head);
-  D.heads.forEach(function (h) { el("td", {text: "head " + h, style: "font-size:10px;text-align:center;padding:0"}, head); });
+  /* JupyterLab's theme colours tables (in the dark theme: light text, dark rows): the grid sets its own */
+  var table = el("table", {"class": "cu-grid", style: NO_SELECT + "border-collapse:collapse;" + INK}, live);
+  var head = el("tr", {style: INK}, table);
+  el("td", {style: INK}, head);
+  D.heads.forEach(function (h) {
+    el("td", {text: "head " + h, style: INK + "font-size:10px;text-align:center;padding:0"}, head);
+  });
   var detail = el("div", {"class": "cu-detail", style: "margin-top:8px"}, live);
   var current = null;
   D.layers.forEach(function (l, li) {
-    var row = el("tr", {}, table);
-    el("td", {text: "layer " + l, style: "font-size:10px;padding:0 4px 0 0;white-space:nowrap"}, row);
+    var row = el("tr", {style: INK}, table);
+    el("td", {text: "layer " + l, style: INK + "font-size:10px;padding:0 4px 0 0;white-space:nowrap"}, row);
     D.heads.forEach(function (h, hi) {
-      var cell = el("td", {style: "padding:1px"}, row);
+      var cell = el("td", {style: INK + "padding:1px"}, row);
       var c = el("canvas", {width: size, height: size, title: "layer " + l + ", head " + h, "class": "cu-thumb",
         "data-layer": l, "data-head": h, style: "display:block;cursor:pointer;outline:2px solid transparent"}, cell);
       var ctx = c.getContext("2d"), w = D.w[li][hi];
@@ -226,6 +230,8 @@ function init(root) {
   var live = root.querySelector(".cu-live");
   (D.kind === "head" ? headView : modelView)(live);
   root.querySelector(".cu-fallback").style.display = "none";  /* the script runs: show the live view */
+  var caption = root.querySelector(".cu-static");  /* "a static picture ...": no longer true */
+  if (caption) caption.style.display = "none";
   live.style.display = "block";
 }
 
