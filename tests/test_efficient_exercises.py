@@ -144,9 +144,9 @@ def learner_tiled(
     k_blocks, v_blocks = torch.split(k, size, dim=-2), torch.split(v, size, dim=-2)
     if lost_last and k_blocks[-1].shape[-2] < size:
         k_blocks, v_blocks = k_blocks[:-1], v_blocks[:-1]
-    m = torch.full(q.shape[:-1] + (1,), start_max)
-    s = torch.zeros(q.shape[:-1] + (1,))
-    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],))
+    m = torch.full(q.shape[:-1] + (1,), start_max, dtype=q.dtype)
+    s = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
     for kb, vb in zip(k_blocks, v_blocks, strict=True):
         scores = torch.matmul(q, kb.mT)
         if softmax_per_block:
@@ -319,4 +319,15 @@ def test_online_softmax_that_loses_the_dtype_is_caught(dtype):
         return learner_online_softmax(x.float() if x.dtype == dtype else x, block_size)
 
     result = _online(in_float32)
+    assert not result.passed and str(dtype) in result.message, result.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_tiled_attention_that_loses_the_dtype_is_caught(dtype):
+    def in_float32(q, k, v, block_size):  # float32 arithmetic, the output left in float32
+        if q.dtype == dtype:
+            q, k, v = q.float(), k.float(), v.float()
+        return learner_tiled(q, k, v, block_size)
+
+    result = _tiled(in_float32)
     assert not result.passed and str(dtype) in result.message, result.message

@@ -372,6 +372,9 @@ def _tiled_cases():
             torch.randn(3, 9, 8, generator=g),
             4,
         ),
+        ("float64 [2, 11, 8], block_size=4", *(t.double() for t in qkv((2,), 11, 11, 8, 8)), 4),
+        ("float16 [2, 9, 8], block_size=4", *(t.half() for t in qkv((2,), 9, 9, 8, 8)), 4),
+        ("bfloat16 [2, 10, 8], block_size=4", *(t.bfloat16() for t in qkv((2,), 10, 10, 8, 8)), 4),
     ]
 
 
@@ -513,12 +516,13 @@ def check_tiled_attention(candidate):
             raise Mistake(f"the output should keep the input's dtype {q.dtype}, but it is {got.dtype} ({description}).")
         expect_plain(got, q.device, f"output for {description}")
         # large scores: float32 rounding of scores ~100 moves the weights by ~1e-5 relative
-        atol = 1e-4 if q.abs().max() > 10 else 1e-5
+        atol, rtol = _LOW_PRECISION_TOLERANCE.get(q.dtype, (1e-4 if q.abs().max() > 10 else 1e-5, 1e-4))
         diagnose(
             got,
             expected,
             _tiled_mistakes(q, k, v, block_size),
             atol=atol,
+            rtol=rtol,
             context=description,
             nonfinite_advice=f"{T_OVERFLOW} or 0/0 happened. Subtract the running maximum (start it at -inf, "
             "update it to max(m, block max)) before exp().",
