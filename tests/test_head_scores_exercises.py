@@ -23,12 +23,24 @@ def test_solution_is_the_course_reference_and_passes():
 def test_a_loop_solution_passes():
     def loops(attn):
         layers, heads, seq, _ = attn.shape
-        out = torch.zeros(layers, heads)
+        out = attn.new_zeros(layers, heads)
         for i in range(1, seq):
             out += attn[:, :, i, i - 1]
         return out / (seq - 1)
 
     assert run(loops).passed
+
+
+def test_a_result_in_another_dtype_than_the_weights_is_named():
+    def loops_in_float32(attn):
+        layers, heads, seq, _ = attn.shape
+        out = torch.zeros(layers, heads)  # float32, whatever the weights are
+        for i in range(1, seq):
+            out = out + attn[:, :, i, i - 1].float()
+        return out / (seq - 1)
+
+    result = run(loops_in_float32)
+    assert not result.passed and "should keep the input's dtype torch.float64" in result.message, result.message
 
 
 def test_stub_is_not_attempted():

@@ -192,3 +192,11 @@ def test_entropy_in_place_log_is_caught():
         return -(w * w.log()).sum(-1).mean(-1)
 
     assert "in place" in run_entropy(in_place).message
+
+
+def test_entropy_in_another_dtype_than_the_weights_is_named():
+    def in_float32(w):
+        return -torch.xlogy(w.float(), w.float()).sum(-1).mean(-1)
+
+    result = check("attention_entropy", in_float32, quiet=True)
+    assert not result.passed and "should keep the input's dtype torch.float64" in result.message, result.message

@@ -34,6 +34,8 @@ __all__ = [
     "close",
     "generator",
     "expect_plain",
+    "expect_same_dtype",
+    "LOW_PRECISION_TOLERANCE",
     "OTHER_DEVICE",
     "NOT_DENSE",
     "preserved_state",
@@ -371,6 +373,22 @@ def expect_plain(got, device, what="output"):
             f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({device}). Make new tensors on the "
             f"inputs' device (`device=x.device`, `torch.zeros_like(...)`) and leave out .to(...) / .cuda()."
         )
+
+
+# (atol, rtol) for comparing float16 and bfloat16 results: about 3 and 2 correct digits
+LOW_PRECISION_TOLERANCE = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}
+
+
+def expect_same_dtype(got, dtype, what="output", context=""):
+    """The candidate's result keeps the input's dtype (a float64 result of float32 input is diagnose's to name)."""
+    if not isinstance(got, torch.Tensor) or got.dtype == dtype or (dtype, got.dtype) == (torch.float32, torch.float64):
+        return
+    where = f" ({context})" if context else ""
+    raise Mistake(
+        f"the {what} should keep the input's dtype {dtype}, but it is {got.dtype}{where}. Something in your "
+        f"code made a tensor of another dtype (torch.tensor(...), torch.zeros(...) without dtype=, .float()) "
+        f"and PyTorch promoted the result to it: make new tensors with dtype=x.dtype (or torch.zeros_like(x))."
+    )
 
 
 def close(a, b, atol=1e-5, rtol=1e-4):

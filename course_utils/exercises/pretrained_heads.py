@@ -3,7 +3,14 @@
 import torch
 
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor
+from course_utils.exercises.checking import (
+    LOW_PRECISION_TOLERANCE,
+    Mistake,
+    call,
+    diagnose,
+    expect_same_dtype,
+    expect_tensor,
+)
 from course_utils.head_scores import is_punctuation, previous_token_score, same_word_score
 
 
@@ -113,10 +120,25 @@ def check_previous_token_score(candidate):
     ]
     # then a perfect previous-token head: every score must be exactly 1
     cases.append((_previous_token_pattern(2, 3, 5), "every query attends only to the token before it: all scores 1"))
+    low = _random_attention((2, 3, 6, 6), generator)
+    cases += [(low.to(dtype), f"{str(dtype)[6:]} random attention of shape (2, 3, 6, 6)") for dtype in _OTHER_DTYPES]
     for attn, context in cases:
         got = call(candidate, attn)
         _check_shape(got, attn)
-        diagnose(got, previous_token_score(attn), _known_mistakes(attn), what="scores [layers, heads]", context=context)
+        expect_same_dtype(got, attn.dtype, "scores [layers, heads]", context)
+        atol, rtol = LOW_PRECISION_TOLERANCE.get(attn.dtype, (1e-5, 1e-4))
+        diagnose(
+            got,
+            previous_token_score(attn),
+            _known_mistakes(attn),
+            what="scores [layers, heads]",
+            atol=atol,
+            rtol=rtol,
+            context=context,
+        )
+
+
+_OTHER_DTYPES = (torch.float64, torch.float16, torch.bfloat16)
 
 
 # ----------------------------------------------------------------------------

@@ -14,7 +14,15 @@ import math
 import torch
 
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor, generator
+from course_utils.exercises.checking import (
+    LOW_PRECISION_TOLERANCE,
+    Mistake,
+    call,
+    diagnose,
+    expect_same_dtype,
+    expect_tensor,
+    generator,
+)
 from course_utils.viz import most_attended_tokens
 
 TOKENS = ["Orange", "is", "my", "favorite", "fruit"]
@@ -147,6 +155,8 @@ def _entropy_cases():
         (torch.softmax(2 * torch.randn(3, 5, 7, generator=g), dim=-1), "3 heads, 5 queries over 7 keys"),
         (one_hot, "2 heads: one looks at itself only, one spreads evenly over 5 keys"),
         (masked, "[layers=2, heads=3, 6, 6] with a causal mask: the masked weights are exactly 0"),
+        (masked.double(), "float64 [2, 3, 6, 6] with a causal mask"),
+        (masked.bfloat16(), "bfloat16 [2, 3, 6, 6] with a causal mask"),
     ]
 
 
@@ -219,10 +229,14 @@ def check_attention_entropy(candidate):
                 f"without the last two axes), but has shape {tuple(got.shape)} ({context}). Reduce over dim=-1 and "
                 "dim=-2 only, without a fixed number of heads or dimensions."
             )
+        expect_same_dtype(got, weights.dtype, "output", context)
+        atol, rtol = LOW_PRECISION_TOLERANCE.get(weights.dtype, (1e-5, 1e-4))
         diagnose(
             got,
             expected,
             known_mistakes=_entropy_mistakes(weights, weights.shape[-1]),
+            atol=atol,
+            rtol=rtol,
             context=context,
             nonfinite_advice="a weight of exactly 0 (a masked key) gives 0 * log(0) = 0 * -inf = NaN. "
             "Its term of the entropy is 0: use torch.xlogy(w, w), which is w * ln(w) with 0 where w = 0.",
