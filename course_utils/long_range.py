@@ -12,7 +12,14 @@ statistic helps (chance is 1 in 4).
     history = train_on_hairpins(RecurrentModel(), 16, held_out, steps=200)
     distances, accuracy = accuracy_by_distance(model, *held_out)
 
-``recurrent_forward`` is the loop of a plain recurrent network (the lesson's exercise).
+In the hairpin task a long distance comes with a full memory: at query ``k`` the recurrent
+network must still hold the ``stem_length - k`` bases it has not answered yet. Two controls
+separate the two (``marked_bases``): one marked base at a distance of 1 to 31 (the distance
+alone), and ``k`` marked bases all at the same distance (the memory load alone).
+
+``recurrent_forward`` is the loop of a plain recurrent network (the lesson's first exercise);
+``gradient_by_distance`` measures how strongly token 0 still moves the output at position t
+(the second).
 """
 
 import torch
@@ -27,15 +34,21 @@ __all__ = [
     "BASES",
     "QUERY",
     "VOCAB",
+    "CONTROL_VOCAB",
     "recurrent_forward",
+    "gradient_by_distance",
     "complement",
     "hairpins",
     "partner_distances",
+    "one_marked_base",
+    "marked_bases",
     "to_text",
     "RecurrentModel",
     "attention_model",
     "count_parameters",
     "train_on_hairpins",
+    "train_on_task",
+    "accuracy_on_queries",
     "accuracy_by_distance",
     "attention_on_partner",
     "plot_accuracy_by_distance",
@@ -44,6 +57,27 @@ __all__ = [
 BASES = "ACGT"
 QUERY = "?"  # "write the paired base here"
 VOCAB = BASES + QUERY  # token ids 0..4
+_HAIRPIN_VOCAB_SIZE = len(VOCAB)
+MARKED = BASES.lower()  # a base to remember in the controls: "a" is a marked "A"
+CONTROL_VOCAB = VOCAB + MARKED  # the controls' token ids 0..8 (marked base = 5 + its base id)
+
+
+def _check_recurrent_inputs(x, W_xh, W_hh, b, h0):
+    names = {"x": x, "W_xh": W_xh, "W_hh": W_hh, "b": b, "h0": h0}
+    for name, value in names.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if x.dim() != 3:
+        hint = " (one sequence [T, d_in]? pass x[None] and h0[None]: the batch comes first)" if x.dim() == 2 else ""
+        raise ValueError(f"x must be [B, T, d_in] (batch first), got shape {tuple(x.shape)}{hint}")
+    d_in, d_h = x.shape[2], W_hh.shape[-1]
+    expected = {"W_xh": (d_in, d_h), "W_hh": (d_h, d_h), "b": (d_h,), "h0": (x.shape[0], d_h)}
+    for name, shape in expected.items():
+        if tuple(names[name].shape) != shape:
+            raise ValueError(
+                f"{name} must have shape {list(shape)} for x [B, T, d_in] = {list(x.shape)} and d_h = {d_h} "
+                f"(W_xh [d_in, d_h], W_hh [d_h, d_h], b [d_h], h0 [B, d_h]), got {list(names[name].shape)}"
+            )
 
 
 def recurrent_forward(x, W_xh, W_hh, b, h0):
@@ -52,12 +86,43 @@ def recurrent_forward(x, W_xh, W_hh, b, h0):
     x: [B, T, d_in]; W_xh: [d_in, d_h]; W_hh: [d_h, d_h]; b: [d_h]; h0: [B, d_h].
     h_t = tanh(x_t W_xh + h_{t-1} W_hh + b). Returns (outputs [B, T, d_h], h_T [B, d_h]).
     """
+    _check_recurrent_inputs(x, W_xh, W_hh, b, h0)
     h = h0
     outputs = []
     for t in range(x.shape[1]):  # sequential: step t needs the state of step t - 1
         h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b)
         outputs.append(h)
     return torch.stack(outputs, dim=1), h
+
+
+def _check_gradient_inputs(layer, inputs, distances, probe):
+    if not callable(layer):
+        raise TypeError(f"layer must be a function of x [B, T, d] -> [B, T, d_out], got {type(layer).__name__}")
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or not inputs.is_floating_point():
+        raise ValueError(f"inputs must be a float tensor [B, T, d], got {getattr(inputs, 'shape', type(inputs))}")
+    if not isinstance(probe, torch.Tensor) or probe.dim() != 1:
+        raise ValueError(f"probe must be one direction [d_out], got {getattr(probe, 'shape', type(probe))}")
+    bad = [t for t in distances if not 0 <= int(t) < inputs.shape[1]]
+    if bad:
+        raise ValueError(
+            f"distances must be positions 0..{inputs.shape[1] - 1} of the {inputs.shape[1]} inputs, got {bad}"
+        )
+
+
+def gradient_by_distance(layer, inputs, distances, probe):
+    """How strongly input 0 moves the output at position t: |d (layer(x)[0, t] . probe) / d x[0, 0]|, per t.
+
+    layer: x [B, T, d] -> outputs [B, T, d_out]; inputs: [B, T, d] (sequence 0 is used); distances:
+    positions t; probe: [d_out], the fixed direction along which each output is read.
+    Returns a tensor [len(distances)] of gradient norms in the inputs' dtype (lesson 05b's exercise).
+    """
+    _check_gradient_inputs(layer, inputs, distances, probe)
+    norms = []
+    for t in distances:
+        x = inputs.detach().clone().requires_grad_(True)  # a fresh leaf: gradients of earlier t do not add up
+        (layer(x)[0, t] @ probe).backward()
+        norms.append(x.grad[0, 0].norm())  # the gradient with respect to token 0 only
+    return torch.stack(norms)
 
 
 def complement(bases):
@@ -86,19 +151,76 @@ def partner_distances(stem_length):
     return 2 * torch.arange(stem_length) + 1
 
 
+def one_marked_base(batch_size, length=32, generator=None):
+    """Control 1, the distance alone: one marked base somewhere in a random strand, asked for at the end.
+
+    Each sequence is ``length - 1`` random bases, one of them marked (lower case, ids 5..8 of
+    CONTROL_VOCAB), then one query ``?``, whose target is the complement of the marked base.
+    Whatever the distance, the model has one base to hold. Returns (inputs [B, length],
+    targets [B, length], -100 except at the query, distances [B] from 1 to length - 1).
+    """
+    batch_size, length = _positive_int(batch_size, "batch_size"), _positive_int(length, "length")
+    if length < 2:
+        raise ValueError(f"length must be at least 2 (one base and the query), got {length}")
+    inputs = torch.randint(0, len(BASES), (batch_size, length), generator=generator)
+    where = torch.randint(0, length - 1, (batch_size,), generator=generator)
+    rows = torch.arange(batch_size)
+    marked = inputs[rows, where]
+    inputs[rows, where] = len(VOCAB) + marked  # the marked form of the same base
+    inputs[:, -1] = VOCAB.index(QUERY)
+    targets = torch.full((batch_size, length), -100)
+    targets[:, -1] = complement(marked)
+    return inputs, targets, length - 1 - where
+
+
+def marked_bases(batch_size, num_marked, max_distance=31, generator=None, min_distance=None):
+    """Control 2, the memory load: ``num_marked`` = k marked bases, all asked for at the same distance.
+
+    A sequence is k marked bases (a block starting at a random place), random plain bases around
+    them, and k queries at the end; query j asks for the complement of marked base j. All k answers
+    lie the same distance d back, drawn per sequence from k..max_distance (d >= k: k bases held at
+    once need at least k positions; ``min_distance`` raises the lower end). The sequence has
+    max_distance + k tokens. With k = 1 this is the distance alone, like ``one_marked_base``.
+    Returns (inputs, targets, distances [B]).
+    """
+    batch_size, k = _positive_int(batch_size, "batch_size"), _positive_int(num_marked, "num_marked")
+    max_distance = _positive_int(max_distance, "max_distance")
+    if k > max_distance:
+        raise ValueError(
+            f"num_marked ({k}) must be at most max_distance ({max_distance}): k bases held need k positions"
+        )
+    low = k if min_distance is None else _positive_int(min_distance, "min_distance")
+    if not k <= low <= max_distance:
+        raise ValueError(f"min_distance must lie between num_marked ({k}) and max_distance ({max_distance}), got {low}")
+    length = max_distance + k
+    inputs = torch.randint(0, len(BASES), (batch_size, length), generator=generator)
+    distances = torch.randint(low, max_distance + 1, (batch_size,), generator=generator)
+    start = max_distance - distances  # marked base j at start + j, its query at max_distance + j
+    columns = start[:, None] + torch.arange(k)  # [B, k]
+    marked = inputs.gather(1, columns)
+    inputs.scatter_(1, columns, len(VOCAB) + marked)
+    inputs[:, max_distance:] = VOCAB.index(QUERY)
+    targets = torch.full_like(inputs, -100)
+    targets[:, max_distance:] = complement(marked)
+    return inputs, targets, distances
+
+
 def to_text(tokens):
-    """[T] token ids -> a readable string such as 'ACGT????'."""
+    """[T] token ids -> a readable string such as 'ACGT????' (marked bases in lower case)."""
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1:
         raise ValueError(f"expected one sequence of token ids [T], got {getattr(tokens, 'shape', type(tokens))}")
-    return "".join(VOCAB[i] for i in tokens.tolist())
+    return "".join(CONTROL_VOCAB[i] for i in tokens.tolist())
 
 
 class RecurrentModel(nn.Module):
-    """Embedding -> GRU (left to right) -> a linear read-out per position: logits [B, T, 4]."""
+    """Embedding -> GRU (left to right) -> a linear read-out per position: logits [B, T, 4].
 
-    def __init__(self, hidden_size=80, embed_dim=16):
+    ``vocab_size``: len(VOCAB) for hairpins, len(CONTROL_VOCAB) for the controls' marked bases.
+    """
+
+    def __init__(self, hidden_size=80, embed_dim=16, vocab_size=_HAIRPIN_VOCAB_SIZE):
         super().__init__()
-        self.embedding = nn.Embedding(len(VOCAB), _positive_int(embed_dim, "embed_dim"))
+        self.embedding = nn.Embedding(_positive_int(vocab_size, "vocab_size"), _positive_int(embed_dim, "embed_dim"))
         self.gru = nn.GRU(embed_dim, _positive_int(hidden_size, "hidden_size"), batch_first=True)
         self.output_linear = nn.Linear(hidden_size, len(BASES))
 
@@ -155,6 +277,29 @@ def train_on_hairpins(
         model, sample_batch, steps=steps, lr=lr, seed=seed, evaluate=evaluate, eval_every=eval_every,
         progress=progress, desc=f"training {type(model).__name__}",
     )  # fmt: skip
+
+
+def train_on_task(model, sample_batch, steps=200, lr=1e-2, seed=0, progress=False):
+    """Train on the batches ``sample_batch(generator) -> (inputs, targets)`` of a control task with ``fit``."""
+    return fit(
+        model, sample_batch, steps=steps, lr=lr, seed=seed, progress=progress, desc=f"training {type(model).__name__}"
+    )
+
+
+@torch.no_grad()
+def accuracy_on_queries(model, inputs, targets):
+    """[B, T] inputs and targets (-100 where nothing is asked) -> [B, T] bool, right where asked (False elsewhere)."""
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
+        raise ValueError(f"inputs must be token ids [B, T], got {getattr(inputs, 'shape', type(inputs))}")
+    if not isinstance(targets, torch.Tensor) or targets.shape != inputs.shape:
+        raise ValueError(
+            f"targets must have the inputs' shape {tuple(inputs.shape)}, got {getattr(targets, 'shape', targets)}"
+        )
+    was_training = model.training
+    model.eval()
+    predictions = model(inputs.to(next(model.parameters()).device)).argmax(-1).cpu()
+    model.train(was_training)
+    return (predictions == targets) & (targets != -100)
 
 
 @torch.no_grad()

@@ -14,7 +14,9 @@ The model (``Translator``) is the course's ``Encoder`` over the English words, a
 (queries from the decoder, keys and values from the encoder output; ``cross_attention``, the
 lesson's first exercise) and a feed-forward network, each with add & norm. It is trained with
 teacher forcing by the course's loop (``train`` calls ``course_utils.training.fit``) and
-translates by greedy decoding (``decode_greedily``, the second exercise).
+translates by greedy decoding (``decode_greedily``, the second exercise). ``swap_and_translate``
+(the third) is the lesson's intervention: replace the encoder's vector at one position by the
+vector of another sentence and translate.
 
     task = TranslationTask()
     model = Translator()
@@ -55,6 +57,7 @@ __all__ = [
     "word_alignment",
     "alignment_accuracy",
     "attention_to_noun",
+    "swap_and_translate",
     "swap_experiment",
 ]
 
@@ -233,8 +236,11 @@ def encode_batch(sentences):
     (what the decoder reads); target_out [B, L_tgt]: the French ids + </s> (what it must write at
     each position), padded with -100 so the loss ignores padding.
     """
-    if isinstance(sentences, str) or not sentences:
-        raise ValueError("sentences must be a non-empty list of strings, e.g. ['the blue car']")
+    if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)) or not sentences:
+        raise ValueError(f"sentences must be a non-empty list of strings, e.g. ['the blue car'], got {sentences!r:.80}")
+    not_text = [s for s in sentences if not isinstance(s, str)]
+    if not_text:
+        raise TypeError(f"every sentence must be a str such as 'the blue car', got {not_text[0]!r:.80}")
     source = [SOURCE_VOCAB.encode(s.split()) for s in sentences]
     french = [TARGET_VOCAB.encode(to_french(s).split()) for s in sentences]
     bos, eos = TARGET_VOCAB.index[Vocabulary.BOS], TARGET_VOCAB.index[Vocabulary.EOS]
@@ -459,14 +465,21 @@ def decode_greedily(model, encoder_output, source_padding_mask, max_len):
 
 
 def translate(model, sentences):
-    """English sentences -> the model's French sentences (greedy decoding)."""
+    """English sentences -> the model's French sentences (greedy decoding).
+
+    ``sentences``: a list of strings; one string gives one French string.
+    """
+    if isinstance(sentences, str):
+        return translate(model, [sentences])[0]
     (source, _), _ = encode_batch(list(sentences))
     return [" ".join(TARGET_VOCAB.decode(row)) for row in greedy_decode(model, source).tolist()]
 
 
 def exact_match(model, sentences):
     """Share of sentences whose whole translation is right, word for word (one wrong word = wrong)."""
-    sentences = list(sentences)
+    sentences = [sentences] if isinstance(sentences, str) else list(sentences)
+    if not sentences:
+        raise ValueError("exact_match needs at least one sentence, e.g. task.held_out(300)")
     predicted = translate(model, sentences)
     return sum(p == to_french(s) for p, s in zip(predicted, sentences, strict=True)) / len(sentences)
 
@@ -523,6 +536,43 @@ def _other_gender(noun):
     return other[same.index(noun)]
 
 
+def _check_swap(sentences, donors, position):
+    if isinstance(sentences, str) or isinstance(donors, str):
+        raise TypeError("sentences and donors must be lists of strings, e.g. ['the blue car'] and ['the blue dog']")
+    sentences, donors = list(sentences), list(donors)
+    if len(sentences) != len(donors) or not sentences:
+        raise ValueError(f"one donor per sentence: got {len(sentences)} sentences and {len(donors)} donors")
+    for sentence, donor in zip(sentences, donors, strict=True):
+        if len(sentence.split()) != len(donor.split()):
+            raise ValueError(
+                f"a donor must have as many words as its sentence, so that position {position} is the same word "
+                f"slot in both: {sentence!r} and {donor!r}"
+            )
+    longest = max(len(s.split()) for s in sentences)
+    if not isinstance(position, int) or not 0 <= position < longest:
+        raise ValueError(f"position must be a word position 0..{longest - 1} of the sentences, got {position!r}")
+
+
+@torch.no_grad()
+def swap_and_translate(model, sentences, donors, position, max_len=8):
+    """The swap intervention (lesson 05c's third exercise): translate each sentence with the encoder's
+    output vector at ``position`` replaced by the vector at the same position of its donor sentence.
+
+    Everything else (the other positions, the padding mask) is the sentence's own. Returns the
+    French sentences (strings), decoded greedily.
+    """
+    _check_swap(sentences, donors, position)
+    device = next(model.parameters()).device
+    (source, _), _ = encode_batch(list(sentences))
+    (donor_source, _), _ = encode_batch(list(donors))
+    encoder_output, source_padding_mask = model.encode(source.to(device))
+    donor_output, _ = model.encode(donor_source.to(device))
+    patched = encoder_output.clone()  # a copy: the sentence's own vectors stay as they were
+    patched[:, position] = donor_output[:, position]  # one vector, after the encoder, from the donor
+    written = decode_greedily(model, patched, source_padding_mask, max_len)
+    return [" ".join(TARGET_VOCAB.decode(row)) for row in written.tolist()]
+
+
 @torch.no_grad()
 def swap_experiment(model, position):
     """An intervention: does the gender of the output come from the encoder's vector at ``position``?
@@ -530,27 +580,24 @@ def swap_experiment(model, position):
     For every phrase "determiner adjective noun" (all 168), the encoder's output vector at ``position``
     (0 = article, 1 = adjective, 2 = noun) is replaced by the vector at the same position of the same
     phrase with a noun of the other gender ("the blue car" gets it from "the blue dog"); then the model
-    translates greedily. Returns the counts of what followed the donor phrase, and every translation.
+    translates greedily (``swap_and_translate``). Returns the counts of what followed the donor phrase,
+    and every translation.
     """
+    if position not in (0, 1, 2):
+        raise ValueError(f"position must be 0 (article), 1 (adjective) or 2 (noun), got {position!r}")
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     sentences = [f"{d} {a} {n}" for d in DETERMINERS for a in ADJECTIVES for n in NOUNS]
     donors = [f"{d} {a} {_other_gender(n)}" for d in DETERMINERS for a in ADJECTIVES for n in NOUNS]
-    (source, _), _ = encode_batch(sentences)
-    (donor_source, _), _ = encode_batch(donors)
-    encoder_output, source_padding_mask = model.encode(source.to(device))
-    patched = encoder_output.clone()
-    patched[:, position] = model.encode(donor_source.to(device))[0][:, position]
-    written = decode_greedily(model, patched, source_padding_mask, max_len=8)
+    swapped = swap_and_translate(model, sentences, donors, position)
     model.train(was_training)
     counts = dict.fromkeys(["phrases", "unchanged", "article follows donor", "noun kept", "adjective follows donor"], 0)
     counts["adjectives with two forms"] = 0
     translations = {}
-    for sentence, donor, row in zip(sentences, donors, written.tolist(), strict=True):
-        out, own, theirs = TARGET_VOCAB.decode(row), to_french(sentence).split(), to_french(donor).split()
+    for sentence, donor, french in zip(sentences, donors, swapped, strict=True):
+        out, own, theirs = french.split(), to_french(sentence).split(), to_french(donor).split()
         out += [""] * (3 - len(out))  # a translation that stopped early counts as wrong in every slot
-        translations[sentence] = " ".join(w for w in out if w)
+        translations[sentence] = french
         two_forms = own[2] != theirs[2]
         counts["phrases"] += 1
         counts["unchanged"] += out == own

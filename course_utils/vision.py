@@ -36,6 +36,7 @@ __all__ = [
     "accuracy",
     "attention_on_shape",
     "attention_rollout",
+    "occlude_patches",
     "replace_patches",
     "show_patches",
     "show_cls_attention",
@@ -127,16 +128,28 @@ def patch_grid(image_height, image_width, patch_size):
     return image_height // p, image_width // p
 
 
+def _check_images(images):
+    """[B, C, H, W]; a channels-last batch [B, H, W, C] (as image libraries store it) is refused by name."""
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ValueError(f"images must be a tensor [batch, channels, height, width], got {shape}")
+    _, c, h, w = images.shape
+    if w in (1, 3, 4) and c == h and c > 4:  # e.g. [2, 16, 16, 4]: a 16x16 RGBA image read as 16 channels
+        raise ValueError(
+            f"images of shape {tuple(images.shape)} look channels-last [batch, height, width, channels] "
+            f"({h}x{c} pixels, {w} channels); the course's images are channels-first [batch, channels, height, "
+            f"width]: pass images.permute(0, 3, 1, 2)"
+        )
+
+
 def patchify(images, patch_size):
-    """[B, C, H, W] images -> [B, num_patches, C * p * p] patch vectors (lesson 05d's exercise).
+    """[B, C, H, W] images -> [B, num_patches, C * p * p] patch vectors (lesson 05d's first exercise).
 
     Patches are numbered row by row (left to right, then top to bottom), and each patch is
     flattened channel first, then row, then column ("C, p, p"): the same order as
     ``F.unfold`` and as the weights [d_model, C, p, p] of ViT's Conv2d patch embedding.
     """
-    if not isinstance(images, torch.Tensor) or images.dim() != 4:
-        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-        raise ValueError(f"images must be a tensor [batch, channels, height, width], got {shape}")
+    _check_images(images)
     b, c, h, w = images.shape
     rows, cols = patch_grid(h, w, patch_size)
     p = patch_size
@@ -271,23 +284,40 @@ def attention_rollout(attentions):
     return rollout
 
 
-def replace_patches(images, which, patch_size, generator, noise=0.1):
-    """A copy of ``images`` [B, 1, H, W] in which the patches marked in ``which`` [B, N] hold background noise only.
-
-    Patches are numbered as ``patchify`` numbers them. An occlusion test: does the answer change
-    when a patch's content is gone?
-    """
-    if not isinstance(images, torch.Tensor) or images.dim() != 4:
-        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-        raise ValueError(f"images must be a tensor [batch, channels, height, width], got {shape}")
-    b, c, h, w = images.shape
+def _check_occlusion(images, which, patch_size, background):
+    _check_images(images)
+    b, _, h, w = images.shape
     rows, cols = patch_grid(h, w, patch_size)
-    if tuple(which.shape) != (b, rows * cols):
-        raise ValueError(f"which must be [batch, num_patches] = [{b}, {rows * cols}], got {tuple(which.shape)}")
-    # patch mask [B, rows, cols] -> pixel mask [B, 1, H, W]: each patch's flag repeated over its p x p pixels
+    if not isinstance(which, torch.Tensor) or tuple(which.shape) != (b, rows * cols) or which.dtype != torch.bool:
+        got = f"{tuple(which.shape)} {which.dtype}" if isinstance(which, torch.Tensor) else type(which).__name__
+        raise ValueError(
+            f"which must be a bool tensor [batch, num_patches] = [{b}, {rows * cols}] (True = replace this patch, "
+            f"numbered as patchify numbers them), got {got}"
+        )
+    if not isinstance(background, torch.Tensor) or background.shape != images.shape:
+        got = tuple(background.shape) if isinstance(background, torch.Tensor) else type(background).__name__
+        raise ValueError(f"background must be a tensor of the images' shape {tuple(images.shape)}, got {got}")
+
+
+def occlude_patches(images, which, patch_size, background):
+    """A copy of ``images`` [B, C, H, W] in which every patch marked in ``which`` [B, num_patches] (bool)
+    holds the pixels of ``background`` (same shape) instead (lesson 05d's second exercise).
+
+    Patches are numbered as ``patchify`` numbers them, row by row. The occlusion test: does the
+    answer change when a patch's content is gone?
+    """
+    _check_occlusion(images, which, patch_size, background)
+    b, _, h, w = images.shape
+    rows, cols = h // patch_size, w // patch_size
+    # one flag per patch [B, rows, cols] -> one per pixel [B, 1, H, W]: each flag repeated over its p x p pixels
     pixels = which.reshape(b, 1, rows, cols).repeat_interleave(patch_size, 2).repeat_interleave(patch_size, 3)
-    background = noise * torch.randn(images.shape, generator=generator)
     return torch.where(pixels.to(images.device), background.to(images.device), images)
+
+
+def replace_patches(images, which, patch_size, generator, noise=0.1):
+    """``occlude_patches`` with fresh background noise N(0, noise^2) drawn from ``generator`` (on the CPU)."""
+    background = noise * torch.randn(images.shape, generator=generator)
+    return occlude_patches(images, which, patch_size, background.to(images.dtype))
 
 
 # ---------------------------------------------------------------- figures

@@ -165,3 +165,67 @@ def test_plot_has_one_labelled_line_per_model_and_chance():
     assert labels == ["GRU", "attention", "chance (1/4)"]
     assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
     plt.close(fig)
+
+
+def test_recurrent_forward_refuses_an_unbatched_sequence_even_when_t_equals_d_in():
+    x = torch.randn(4, 4)  # one sequence [T, d_in] with T == d_in: x[:, t] would silently read a feature
+    W_xh, W_hh, b, h0 = torch.randn(4, 3), torch.randn(3, 3), torch.zeros(3), torch.zeros(3)
+    with pytest.raises(ValueError, match=r"x must be \[B, T, d_in\].*pass x\[None\] and h0\[None\]"):
+        lr.recurrent_forward(x, W_xh, W_hh, b, h0)
+    outputs, h_last = lr.recurrent_forward(x[None], W_xh, W_hh, b, h0[None])
+    assert outputs.shape == (1, 4, 3) and h_last.shape == (1, 3)
+
+
+@pytest.mark.parametrize(
+    "shapes, phrase",
+    [
+        (((2, 5, 3), (4, 6), (6, 6), (6,), (2, 6)), "W_xh must have shape [3, 6]"),
+        (((2, 5, 3), (3, 6), (6, 6), (5,), (2, 6)), "b must have shape [6]"),
+        (((2, 5, 3), (3, 6), (6, 6), (6,), (6,)), "h0 must have shape [2, 6]"),
+    ],
+)
+def test_recurrent_forward_says_which_shape_was_expected(shapes, phrase):
+    with pytest.raises(ValueError) as info:
+        lr.recurrent_forward(*(torch.zeros(s) for s in shapes))
+    assert phrase in str(info.value)
+
+
+def test_gradient_by_distance_by_hand_on_a_linear_recurrence():
+    # h_t = 0.5 h_{t-1} + x_t (one feature): d h_t / d x_0 = 0.5 ** t
+    def layer(x):
+        h, out = torch.zeros(1, 1), []
+        for t in range(x.shape[1]):
+            h = 0.5 * h + x[:, t]
+            out.append(h)
+        return torch.stack(out, 1)
+
+    inputs = torch.randn(1, 6, 1)
+    norms = lr.gradient_by_distance(layer, inputs, [0, 1, 3, 5], torch.ones(1))
+    assert torch.allclose(norms, torch.tensor([1.0, 0.5, 0.125, 0.03125]))
+    assert not inputs.requires_grad and inputs.grad is None
+    with pytest.raises(ValueError, match="positions 0..5"):
+        lr.gradient_by_distance(layer, inputs, [6], torch.ones(1))
+
+
+def test_marked_bases_asks_each_marked_base_at_the_same_distance():
+    inputs, targets, distances = lr.marked_bases(500, 4, 31, torch.Generator().manual_seed(0))
+    assert inputs.shape == targets.shape == (500, 35)
+    assert distances.min() >= 4 and distances.max() <= 31
+    for row, target, d in zip(inputs, targets, distances.tolist(), strict=True):
+        marked = (row >= len(lr.VOCAB)).nonzero().flatten().tolist()
+        assert marked == list(range(31 - d, 35 - d))  # a block of 4, d positions before its queries
+        assert row[31:].eq(lr.VOCAB.index(lr.QUERY)).all() and (target[:31] == -100).all()
+        assert torch.equal(target[31:], 3 - (row[marked] - len(lr.VOCAB)))  # the complement of each marked base
+    one = lr.marked_bases(2000, 1, 31, torch.Generator().manual_seed(0))[2]
+    assert set(one.tolist()) == set(range(1, 32))  # one base: every distance 1..31
+    assert lr.marked_bases(100, 1, 31, torch.Generator().manual_seed(0), min_distance=16)[2].min() >= 16
+    with pytest.raises(ValueError, match="at most max_distance"):
+        lr.marked_bases(2, 20, 16)
+
+
+def test_one_marked_base_asks_for_its_complement_at_the_end():
+    inputs, targets, distances = lr.one_marked_base(300, 10, torch.Generator().manual_seed(0))
+    where = (inputs >= len(lr.VOCAB)).int().argmax(1)
+    assert ((inputs >= len(lr.VOCAB)).sum(1) == 1).all() and torch.equal(distances, 9 - where)
+    assert torch.equal(targets[:, -1], 3 - (inputs[torch.arange(300), where] - len(lr.VOCAB)))
+    assert lr.to_text(inputs[0]).endswith("?") and any(c in "acgt" for c in lr.to_text(inputs[0]))

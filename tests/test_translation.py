@@ -1,6 +1,7 @@
 """course_utils.translation: the phrase task, the encoder-decoder, decoding and the lesson's claims (lesson 05c)."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from course_utils.translation import (
     encode_batch,
     exact_match,
     greedy_decode,
+    swap_and_translate,
     swap_experiment,
     to_french,
     train,
@@ -296,3 +298,36 @@ def test_in_the_lessons_run_the_article_vector_carries_the_gender(trained):
     assert counts["article follows donor"] >= 160
     assert counts["adjective follows donor"] >= 0.8 * counts["adjectives with two forms"]
     assert translations["the blue car"].startswith("le ")
+
+
+def test_translate_takes_one_string_as_one_sentence(trained):
+    model, _ = trained
+    assert translate(model, "the blue car") == "la voiture bleue"
+    assert exact_match(model, "the blue car") == 1.0
+
+
+@pytest.mark.parametrize(
+    "call, error, phrase",
+    [
+        (lambda: encode_batch(["the blue car", 3]), TypeError, "every sentence must be a str"),
+        (lambda: encode_batch(("the car" for _ in range(2))), ValueError, "non-empty list of strings"),
+        (lambda: exact_match(Translator(), []), ValueError, "at least one sentence"),
+        (lambda: swap_experiment(Translator(), 3), ValueError, "0 (article), 1 (adjective) or 2 (noun)"),
+        (lambda: swap_and_translate(Translator(), ["the blue car"], ["the dog"], 2), ValueError, "as many words"),
+        (lambda: swap_and_translate(Translator(), ["the car"], ["the dog", "a car"], 1), ValueError, "one donor per"),
+        (lambda: swap_and_translate(Translator(), ["the car"], ["the dog"], 2), ValueError, "word position 0..1"),
+        (lambda: swap_and_translate(Translator(), "the car", "the dog", 1), TypeError, "lists of strings"),
+    ],
+)
+def test_bad_input_gets_an_error_that_says_what_was_expected(call, error, phrase):
+    with pytest.raises(error, match=re.escape(phrase)):
+        call()
+
+
+def test_swap_and_translate_replaces_one_vector_after_the_encoder(trained):
+    model, _ = trained
+    # the noun's vector swapped: what the article and the noun become is read from the patched vector only
+    swapped = swap_and_translate(model, ["the blue car", "a red dog"], ["the blue dog", "a red car"], 2)
+    assert swapped == [swap_experiment(model, 2)[1][s] for s in ["the blue car", "a red dog"]]
+    # swapping in the sentence's own vector changes nothing
+    assert swap_and_translate(model, ["the blue car"], ["the blue car"], 1) == ["la voiture bleue"]

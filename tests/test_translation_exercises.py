@@ -1,5 +1,5 @@
-"""Lesson 05c's exercises `cross_attention` and `decode_greedily`: the solutions pass and each planted
-mistake gets its own message.
+"""Lesson 05c's exercises `cross_attention`, `decode_greedily` and `swap_and_translate`: the solutions
+pass and each planted mistake gets its own message.
 
 The mistakes are written the way a learner would write them (one call of the layer wired wrongly;
 a decoding loop with one slip), not taken from the checker's list.
@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from course_utils.attention import MultiHeadAttention, causal_mask
 from course_utils.exercises import check, solution
 from course_utils.exercises import translation as checker
-from course_utils.translation import TARGET_VOCAB, Translator, encode_batch, greedy_decode
-from tests.exercise_asserts import assert_caught, assert_passes
+from course_utils.translation import TARGET_VOCAB, Translator, decode_greedily, encode_batch, greedy_decode
+from tests.exercise_asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
 
 ID = "cross_attention"
 
@@ -172,6 +172,7 @@ def learner_loop(
     keep_start=False,
     keep_end=True,
     honour_max_len=True,
+    one_short=False,
     encode_again=False,
     call_model=False,
     as_float=False,
@@ -182,7 +183,7 @@ def learner_loop(
     batch = encoder_output.shape[0]
     written = torch.full((batch, 1), START, dtype=torch.long)
     finished = torch.zeros(batch, dtype=torch.bool)
-    for _ in range(max_len if honour_max_len else 1000):
+    for _ in range((max_len - 1 if one_short else max_len) if honour_max_len else 1000):
         so_far = written if feed_back else written[:, -1:]
         if call_model:
             scores = model((torch.zeros(encoder_output.shape[:2], dtype=torch.long), so_far))
@@ -249,3 +250,162 @@ def test_greedy_result_is_what_translate_uses():
         encoder_output, mask = model.encode(source)
         looped = learner_loop(model, encoder_output, mask, 7)
     assert torch.equal(looped, greedy_decode(model, source, max_len=7))
+
+
+def test_greedy_loop_one_word_short_is_named_as_such():
+    result = check(GREEDY, greedy(one_short=True), quiet=True)
+    assert not result.passed and checker.G_ONE_SHORT in result.message, result.message
+    assert checker.G_STOP_AT_FIRST not in result.message
+
+
+def test_greedy_cases_run_in_float32_and_float64():
+    # the checker's scripted encoder outputs come in both dtypes; a loop that casts them to float32 still passes
+    def casting(model, encoder_output, source_padding_mask, max_len):
+        return learner_loop(model, encoder_output.float(), source_padding_mask, max_len)
+
+    assert_passes(GREEDY, casting)
+    dtypes = []
+
+    def spy(model, encoder_output, source_padding_mask, max_len):
+        dtypes.append(encoder_output.dtype)
+        return learner_loop(model, encoder_output, source_padding_mask, max_len)
+
+    assert_passes(GREEDY, spy)
+    assert set(dtypes) == {torch.float32, torch.float64}
+
+
+# ------------------------------------------------------------------ cross_attention, issue cases
+
+
+def by_hand_from_the_layers_weights(mha, decoder_states, encoder_output, source_padding_mask):
+    """Lesson 03's steps written out with the given layer's own projections: right, without calling mha."""
+    B, L_tgt, d = decoder_states.shape
+    h = mha.num_heads
+    q = mha.query_linear(decoder_states).reshape(B, L_tgt, h, d // h).transpose(1, 2)
+    k = mha.key_linear(encoder_output).reshape(B, -1, h, d // h).transpose(1, 2)
+    v = mha.value_linear(encoder_output).reshape(B, -1, h, d // h).transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / (d // h) ** 0.5
+    scores = scores.masked_fill(~source_padding_mask[:, None, None, :], float("-inf"))
+    out = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, L_tgt, d)
+    return mha.output_linear(out)
+
+
+def test_cross_attention_by_hand_from_the_layers_own_weights_passes():
+    assert_passes(ID, by_hand_from_the_layers_weights)
+
+
+def test_cross_attention_by_hand_but_wrong_is_still_told_to_call_the_layer():
+    def by_hand_unscaled(mha, decoder_states, encoder_output, source_padding_mask):
+        return by_hand_from_the_layers_weights(mha, decoder_states * 2, encoder_output, source_padding_mask)
+
+    assert_caught(ID, by_hand_unscaled, checker.NOT_THE_LAYER)
+
+
+def test_cross_attention_done_as_self_attention_is_named():
+    def self_attention(mha, decoder_states, encoder_output, source_padding_mask):
+        return mha(decoder_states, decoder_states, decoder_states)
+
+    def causal_self_attention(mha, decoder_states, encoder_output, source_padding_mask):
+        return mha(decoder_states, decoder_states, decoder_states, causal_mask(decoder_states.shape[1]))
+
+    assert_caught(ID, self_attention, checker.SELF_ATTENTION)
+    assert_caught(ID, causal_self_attention, checker.SELF_ATTENTION)
+
+
+def test_cross_attention_cases_run_in_float32_and_float64():
+    dtypes = []
+
+    def spy(mha, decoder_states, encoder_output, source_padding_mask):
+        dtypes.append(decoder_states.dtype)
+        return solution(ID)(mha, decoder_states, encoder_output, source_padding_mask)
+
+    assert_passes(ID, spy)
+    assert set(dtypes) == {torch.float32, torch.float64}
+
+    def always_float32(mha, decoder_states, encoder_output, source_padding_mask):
+        return solution(ID)(mha.float(), decoder_states.float(), encoder_output.float(), source_padding_mask)
+
+    assert_caught(ID, always_float32, "float64")
+
+
+# ------------------------------------------------------------------ swap_and_translate
+
+SWAP = "swap_and_translate"
+
+
+def learner_swap(model, sentences, donors, position, max_len=8, mistake=None):
+    """The intervention as a learner might write it, with one optional slip."""
+    (source, _), _ = encode_batch(sentences)
+    (donor_source, _), _ = encode_batch(donors)
+    if mistake == "word":
+        source = source.clone()
+        source[:, position] = donor_source[:, position]
+    encoder_output, mask = model.encode(source)
+    donor_output, _ = model.encode(donor_source)
+    patched = encoder_output.clone()
+    if mistake == "every position":
+        patched = donor_output
+    elif mistake == "batch axis":
+        patched[position] = donor_output[position]
+    elif mistake == "off by one":
+        patched[:, position - 1] = donor_output[:, position - 1]
+    elif mistake == "donor patched":
+        patched = donor_output.clone()
+        patched[:, position] = encoder_output[:, position]
+    elif mistake in (None, "ids"):
+        patched[:, position] = donor_output[:, position]
+    written = decode_greedily(model, patched, mask, max_len)
+    if mistake == "ids":
+        return written
+    return [" ".join(TARGET_VOCAB.decode(row)) for row in written.tolist()]
+
+
+def test_swap_solution_and_learner_version_pass():
+    assert_passes(SWAP, solution(SWAP))
+    assert_passes(SWAP, learner_swap)
+
+
+def test_swap_stub_is_not_attempted():
+    def stub(model, sentences, donors, position, max_len=8):
+        raise NotImplementedError
+
+    assert check(SWAP, stub, quiet=True).status == "not attempted"
+
+
+SWAP_MISTAKES = {
+    "word": checker.S_WORD,
+    "every position": checker.S_EVERY_POSITION,
+    "batch axis": checker.S_BATCH_AXIS,
+    "off by one": checker.S_WRONG_POSITION,
+    "donor patched": checker.S_DONOR_PATCHED,
+    "nothing": checker.S_NOTHING,
+    "ids": checker.S_NOT_STRINGS,
+}
+
+
+def swap_with(mistake):
+    def candidate(model, sentences, donors, position, max_len=8):
+        return learner_swap(model, sentences, donors, position, max_len, mistake=mistake)
+
+    return candidate
+
+
+def test_each_swap_mistake_is_named():
+    for mistake, phrase in SWAP_MISTAKES.items():
+        assert_caught(SWAP, swap_with(mistake), phrase)
+
+
+def test_each_swap_message_names_only_its_mistake():
+    mistakes = {m: (swap_with(m), phrase) for m, phrase in SWAP_MISTAKES.items()}
+    assert_each_message_names_only_its_mistake(mistakes, lambda c: check(SWAP, c, quiet=True))
+
+
+def test_swap_without_decoding_is_named():
+    def translate_instead(model, sentences, donors, position, max_len=8):
+        return ["la voiture bleue"] * len(sentences)
+
+    assert_caught(SWAP, translate_instead, checker.S_NO_DECODE)
+
+
+def test_swap_cases_run_in_float32_and_float64():
+    assert {case[-1] for case in checker._swap_cases()} == {torch.float32, torch.float64}

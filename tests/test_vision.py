@@ -79,6 +79,8 @@ def test_patchify_does_not_change_its_input_and_keeps_dtype():
         (torch.zeros(1, 1, 10, 12), 4, "multiples of patch_size=4"),
         (torch.zeros(1, 1, 8, 8), 0, "patch_size must be a positive int"),
         (torch.zeros(1, 1, 8, 8), 2.0, "patch_size must be a positive int"),
+        (torch.zeros(2, 16, 16, 4), 4, "look channels-last"),
+        (torch.zeros(2, 32, 32, 3), 4, "images.permute(0, 3, 1, 2)"),
         (torch.zeros(1, 8, 8), 4, "[batch, channels, height, width]"),
         ([[1.0]], 4, "[batch, channels, height, width]"),
     ],
@@ -308,7 +310,7 @@ def test_replace_patches_replaces_only_the_marked_patches():
     assert changed[0].sum() == 16 and changed[1].sum() == 32
     assert changed[1, 0, :4, :4].all() and changed[1, 0, 4:, 4:].all()
     assert out[changed].abs().max() < 1.0  # background noise, not the old value
-    with pytest.raises(ValueError, match=r"\[batch, num_patches\] = \[2, 4\]"):
+    with pytest.raises(ValueError, match=r"bool tensor \[batch, num_patches\] = \[2, 4\]"):
         vision.replace_patches(images, which[:, :3], 4, g())
     with pytest.raises(ValueError, match=r"\[batch, channels, height, width\], got \(1, 8, 8\)"):
         vision.replace_patches(images[0], which, 4, g())
@@ -327,3 +329,35 @@ def test_figures_draw():
     plt.close(fig)
     with pytest.raises(ValueError, match="one title per image"):
         vision.show_cls_attention(images, torch.rand(2, 4, 4), ["a", "b", "c"], 4)
+
+
+def test_occlude_patches_by_hand():
+    images = torch.arange(2 * 2 * 4 * 6, dtype=torch.float64).reshape(2, 2, 4, 6)  # 2 x 3 patches of 2x2
+    background = -torch.ones_like(images)
+    which = torch.tensor([[False, True, False, False, False, True], [True, False, False, False, False, False]])
+    out = vision.occlude_patches(images, which, 2, background)
+    assert out.dtype == torch.float64 and torch.equal(images, torch.arange(96.0).double().reshape(2, 2, 4, 6))
+    expected = images.clone()
+    expected[0, :, 0:2, 2:4] = -1  # patch 1: first row of patches, second column
+    expected[0, :, 2:4, 4:6] = -1  # patch 5: second row, third column
+    expected[1, :, 0:2, 0:2] = -1
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    "which, background, phrase",
+    [
+        (torch.zeros(2, 6), None, "bool tensor [batch, num_patches] = [2, 6]"),
+        (torch.zeros(2, 5, dtype=torch.bool), None, "bool tensor [batch, num_patches] = [2, 6]"),
+        (
+            torch.zeros(2, 6, dtype=torch.bool),
+            torch.zeros(2, 2, 4, 4),
+            "background must be a tensor of the images' shape",
+        ),
+    ],
+)
+def test_occlude_patches_refuses_bad_input_clearly(which, background, phrase):
+    images = torch.zeros(2, 2, 4, 6)
+    with pytest.raises(ValueError) as info:
+        vision.occlude_patches(images, which, 2, torch.zeros_like(images) if background is None else background)
+    assert phrase in str(info.value)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from course_utils.exercises import check, solution
 from course_utils.exercises import vision as ex
-from tests.exercise_asserts import assert_caught, assert_passes
+from tests.exercise_asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
 
 
 def learner_patchify(images, patch_size, order=(0, 2, 4, 1, 3, 5), check_size=True):
@@ -155,3 +155,119 @@ def test_checker_cases_hold_several_channels_and_non_square_images():
     # the oracle is F.unfold itself, not the course's patchify
     images = torch.arange(2 * 8 * 8, dtype=torch.float32).reshape(1, 2, 8, 8)
     assert ex._oracle(images, 4)[0, 1, :4].tolist() == [4.0, 5.0, 6.0, 7.0]  # patch 1 = top row, pixels 4..7
+
+
+def test_height_and_width_swapped_in_the_split_is_named():
+    def swapped_names(images, patch_size):
+        b, c, w, h = images.shape  # the learner's slip: width and height unpacked the wrong way round
+        p = patch_size
+        if h % p or w % p:
+            raise ValueError("height and width must be multiples of patch_size")
+        x = images.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5)
+        return x.reshape(b, -1, c * p * p)
+
+    assert_caught("patchify", swapped_names, ex.P_HW_SWAPPED)
+
+
+def test_tensor_unfold_without_permute_is_named():
+    def unfold_no_permute(images, patch_size):
+        b, c, h, w = images.shape
+        p = patch_size
+        if h % p or w % p:
+            raise ValueError("height and width must be multiples of patch_size")
+        return images.unfold(2, p, p).unfold(3, p, p).reshape(b, -1, c * p * p)
+
+    assert_caught("patchify", unfold_no_permute, ex.P_UNFOLD_NO_PERMUTE)
+
+
+def test_patchify_cases_cover_float32_float64_float16_and_keep_the_dtype():
+    assert {case[1].dtype for case in ex._cases()} == {torch.float32, torch.float64, torch.float16}
+
+    def always_float(images, patch_size):
+        return learner_patchify(images.float(), patch_size)
+
+    assert_caught("patchify", always_float, "keep the images' dtype")
+
+
+# ------------------------------------------------------------------ occlude_patches
+
+
+def learner_occlude(images, which, patch_size, background, mistake=None):
+    b, c, h, w = images.shape
+    p = patch_size
+    rows, cols = h // p, w // p
+    flags = which.reshape(b, cols, rows).transpose(1, 2) if mistake == "columns" else which.reshape(b, rows, cols)
+    if mistake == "tiled":
+        pixels = flags[:, None].repeat(1, 1, p, p)
+    else:
+        pixels = flags[:, None].repeat_interleave(p, dim=2).repeat_interleave(p, dim=3)
+    if mistake == "inverted":
+        pixels = ~pixels
+    cover = torch.zeros_like(background) if mistake == "zeros" else background
+    return torch.where(pixels, cover, images)
+
+
+def occlude_in_a_loop(images, which, patch_size, background):
+    """A correct answer written another way: a loop over the marked patches, on a copy."""
+    out = images.clone()
+    cols = images.shape[-1] // patch_size
+    for b, i in which.nonzero().tolist():
+        r, q = i // cols, i % cols
+        rs, cs = slice(r * patch_size, (r + 1) * patch_size), slice(q * patch_size, (q + 1) * patch_size)
+        out[b, :, rs, cs] = background[b, :, rs, cs]
+    return out
+
+
+def test_occlude_solution_and_learner_versions_pass():
+    assert_passes("occlude_patches", solution("occlude_patches"))
+    assert_passes("occlude_patches", learner_occlude)
+    assert_passes("occlude_patches", occlude_in_a_loop)
+
+
+def test_occlude_stub_is_not_attempted():
+    def occlude_patches(images, which, patch_size, background):
+        raise NotImplementedError
+
+    assert check("occlude_patches", occlude_patches, quiet=True).status == "not attempted"
+
+
+OCCLUSION_MISTAKES = {
+    "columns": ex.O_COLUMN_MAJOR,
+    "tiled": ex.O_TILED,
+    "inverted": ex.O_INVERTED,
+    "zeros": ex.O_ZEROS,
+}
+
+
+def occlude_with(mistake):
+    def candidate(images, which, patch_size, background):
+        return learner_occlude(images, which, patch_size, background, mistake)
+
+    return candidate
+
+
+@pytest.mark.parametrize("mistake", OCCLUSION_MISTAKES)
+def test_each_occlusion_mistake_is_named(mistake):
+    def candidate(images, which, patch_size, background):
+        return learner_occlude(images, which, patch_size, background, mistake)
+
+    assert_caught("occlude_patches", candidate, OCCLUSION_MISTAKES[mistake])
+
+
+def test_each_occlusion_message_names_only_its_mistake():
+    mistakes = {m: (occlude_with(m), phrase) for m, phrase in OCCLUSION_MISTAKES.items()}
+    assert_each_message_names_only_its_mistake(mistakes, lambda c: check("occlude_patches", c, quiet=True))
+
+
+def test_occlusion_in_place_and_dtype_mistakes_are_named():
+    def in_place(images, which, patch_size, background):
+        out = learner_occlude(images, which, patch_size, background)
+        images.copy_(out)
+        return images
+
+    def as_float32(images, which, patch_size, background):
+        return learner_occlude(images, which, patch_size, background).float()
+
+    assert_caught("occlude_patches", in_place, "in place")
+    assert_caught("occlude_patches", as_float32, "keep their dtype")
+    assert {case[1].dtype for case in ex._occlusion_cases()} == {torch.float32, torch.float64, torch.float16}

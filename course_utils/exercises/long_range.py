@@ -1,17 +1,24 @@
-"""Lesson 05b's exercise: the loop of a plain recurrent network, ``recurrent_forward``.
+"""Lesson 05b's exercises: the loop of a plain recurrent network, ``recurrent_forward``, and
+the gradient that links token 0 to position t, ``gradient_by_distance``.
 
 The solution is the course's reference, ``course_utils.long_range.recurrent_forward``.
 The expected answer comes from an independent oracle, PyTorch's ``nn.RNN`` (tanh) with
 the same weights copied in, run in float64. Each known mistake is recomputed on the same
 inputs (``_variant``) and named when the learner's output matches it; mistakes of shape
 (the outputs stacked on the wrong axis, only the last state returned, h0 among the
-outputs, the pair in the wrong order) are named from the shapes.
+outputs, the pair in the wrong order) are named from the shapes. The cases run in float32
+and float64.
+
+``gradient_by_distance``'s expected answer is computed with ``torch.autograd.grad`` on a
+fresh copy of the inputs for every position, independently of the reference's loop; its
+cases are a random RNN (float32) and a random self-attention layer (float64).
 """
 
 import torch
 import torch.nn as nn
 
 from course_utils import long_range
+from course_utils.attention import MultiHeadAttention
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator
 
@@ -29,6 +36,7 @@ H0_IN_OUTPUTS = "h0 is among your outputs"
 PAIR_ORDER = "the pair is in the wrong order"
 LAST_STATE_WRONG = "your h_T is not the state after the last step"
 NOT_A_PAIR = "return a pair (outputs, h_T)"
+APPEND_BEFORE_UPDATE = "you appended the state before updating it"
 
 
 def _oracle(x, W_xh, W_hh, b, h0):
@@ -70,12 +78,16 @@ def _cases():
             torch.randn(batch, d_h, generator=g),
         )
 
+    def in_float64(c):
+        return (c[0] + ", float64", *(t.double() for t in c[1:]))
+
     # first a case where the swapped weights and axes still run, so those mistakes get their names
     return [
         case("x [3, 3, 4], d_h 4 (as many sequences as steps, d_in = d_h)", 3, 3, 4, 4),
         case("x [2, 5, 3], d_h 4", 2, 5, 3, 4),
         case("x [4, 7, 5], d_h 6, large weights", 4, 7, 5, 6, scale=1.5),
         case("x [1, 1, 2], d_h 3 (one step)", 1, 1, 2, 3),
+        in_float64(case("x [2, 4, 3], d_h 5", 2, 4, 3, 5)),
     ]
 
 
@@ -152,6 +164,12 @@ def check_recurrent_forward(candidate):
             ),
             (f"{OTHER_ACTIVATION} (yours matches a ReLU) ({description}).", _variant(*args, activation=torch.relu)),
             (
+                f"{APPEND_BEFORE_UPDATE}: your outputs[:, 0] is h0 and the state after the last step is missing. "
+                f"Inside the loop compute the new h first, then append it: outputs[:, t] is the state after "
+                f"reading x[:, t] ({description}).",
+                torch.cat([h0[:, None], expected[:, :-1]], dim=1),
+            ),
+            (
                 f"{H0_IGNORED} and started from zeros: the first step must use the h0 you were given "
                 f"(it carries what came before this chunk of the sequence) ({description}).",
                 _variant(*args, start=torch.zeros_like(h0)),
@@ -196,3 +214,135 @@ def check_recurrent_forward(candidate):
             what="h_T",
             context=description,
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# gradient_by_distance
+
+G_ACCUMULATED = "your gradients add up from one position to the next"
+G_OWN_POSITION = "you took the gradient with respect to x[0, t]"
+G_WHOLE_GRADIENT = "you took the norm of the whole gradient"
+G_NO_PROBE = "you summed the output instead of reading it along probe"
+G_LAST_POSITION = "you read the output at the last position"
+G_SQUARED = "you returned the squared norm"
+G_INPUTS_CHANGED = "you set requires_grad on the caller's inputs"
+G_SHAPE = "return one number per distance"
+
+
+def _gradient_oracle(layer, inputs, distances, probe):
+    """autograd.grad on a fresh leaf for every t: the gradient vectors [len(distances), B, T, d]."""
+    grads = []
+    for t in distances:
+        x = inputs.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(layer(x)[0, t] @ probe, x)
+        grads.append(grad)
+    return torch.stack(grads)
+
+
+def _gradient_cases():
+    g = generator(7)
+    d = 4
+    W_xh, W_hh = torch.randn(d, d, generator=g) / d**0.5, torch.randn(d, d, generator=g) / d**0.5
+    b, h0 = torch.zeros(d), torch.zeros(2, d)
+
+    def rnn(x):
+        return long_range.recurrent_forward(x, W_xh.to(x.dtype), W_hh.to(x.dtype), b.to(x.dtype), h0.to(x.dtype))[0]
+
+    with torch.random.fork_rng(devices=[]):  # leave the learner's random numbers alone
+        torch.manual_seed(8)
+        mha = MultiHeadAttention(6, num_heads=2).double().eval()
+
+    def attention(x):
+        return mha(x, x, x)
+
+    return [
+        ("a random RNN, inputs [2, 12, 4] float32, distances [1, 3, 6, 11]", rnn,
+         torch.randn(2, 12, d, generator=g), [1, 3, 6, 11], torch.randn(d, generator=g)),
+        ("a random self-attention layer, inputs [2, 9, 6] float64, distances [0, 4, 8]", attention,
+         torch.randn(2, 9, 6, generator=g).double(), [0, 4, 8], torch.randn(6, generator=g).double()),
+    ]  # fmt: skip
+
+
+def _as_tensor(got, dtype, description):
+    """A tensor [n], or a list of numbers / 0-d tensors turned into one."""
+    if (
+        isinstance(got, (list, tuple))
+        and got
+        and all(isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.numel() == 1) for v in got)
+    ):
+        return torch.tensor([float(v) for v in got], dtype=dtype)
+    expect_tensor(got, what=f"result ({description})")
+    return got
+
+
+@exercise(
+    "gradient_by_distance",
+    solution=long_range.gradient_by_distance,
+    hints=[
+        "For each t: make x a copy of the inputs that records gradients, x = inputs.detach().clone()."
+        "requires_grad_(True); run out = layer(x); read position t of sequence 0 along the probe, "
+        "out[0, t] @ probe, and call .backward() on that number.",
+        "x.grad is now [B, T, d]; the gradient with respect to token 0 is x.grad[0, 0]. Its size is "
+        "x.grad[0, 0].norm(). Keep it, and make a fresh x for the next t (a reused x adds the gradients up).",
+        "After the loop, torch.stack(norms) gives the tensor [len(distances)].",
+    ],
+)
+def check_gradient_by_distance(candidate):
+    for description, layer, inputs, distances, probe in _gradient_cases():
+        got = call(candidate, layer, inputs, list(distances), probe)
+        if inputs.requires_grad or inputs.grad is not None:
+            inputs.requires_grad_(False)
+            inputs.grad = None
+            raise Mistake(
+                f"{G_INPUTS_CHANGED} ({description}): requires_grad_ and backward changed the tensor you were given. "
+                f"Work on a copy, x = inputs.detach().clone().requires_grad_(True), a fresh one for every t."
+            )
+        got = _as_tensor(got, inputs.dtype, description)
+        grads = _gradient_oracle(layer, inputs, distances, probe)  # [n, B, T, d]
+        expected = grads[:, 0, 0].norm(dim=-1)
+        if got.dim() != 1 or got.numel() != len(distances):
+            raise Mistake(
+                f"{G_SHAPE}: a tensor of shape [{len(distances)}] for distances {list(distances)}, got shape "
+                f"{tuple(got.shape)} ({description}). The gradient with respect to token 0 is a vector; keep its "
+                f"norm, x.grad[0, 0].norm()."
+            )
+        if got.dtype != inputs.dtype:
+            raise Mistake(
+                f"your result is {got.dtype}, the inputs are {inputs.dtype} ({description}): keep the norms as "
+                f"tensors (torch.stack) instead of Python floats turned into a new dtype."
+            )
+        own = torch.stack([grads[i, 0, t] for i, t in enumerate(distances)]).norm(dim=-1)
+        last = _gradient_oracle(layer, inputs, [inputs.shape[1] - 1] * len(distances), probe)[:, 0, 0].norm(dim=-1)
+        summed = []
+        for t in distances:
+            x = inputs.detach().clone().requires_grad_(True)
+            summed.append(torch.autograd.grad(layer(x)[0, t].sum(), x)[0][0, 0].norm())
+        mistakes = [
+            (
+                f"{G_ACCUMULATED} ({description}): backward() adds to x.grad, so one x reused for every t sums the "
+                f"gradients of all earlier positions. Make a fresh copy of the inputs for every t "
+                f"(or zero x.grad before each backward).",
+                grads.cumsum(dim=0)[:, 0, 0].norm(dim=-1),
+            ),
+            (
+                f"{G_OWN_POSITION} ({description}): the question is how strongly token 0 moves position t, so "
+                f"take x.grad[0, 0], the gradient with respect to the first input.",
+                own,
+            ),
+            (
+                f"{G_WHOLE_GRADIENT} ({description}), every position of every sequence: keep only the gradient "
+                f"with respect to token 0 of sequence 0, x.grad[0, 0].norm().",
+                grads.flatten(1).norm(dim=-1),
+            ),
+            (
+                f"{G_NO_PROBE} ({description}): backward needs one number; read position t along the fixed "
+                f"direction, layer(x)[0, t] @ probe, so every t is measured the same way.",
+                torch.stack(summed),
+            ),
+            (
+                f"{G_LAST_POSITION} for every t ({description}): read the output at position t, layer(x)[0, t].",
+                last,
+            ),
+            (f"{G_SQUARED} ({description}): the size of a vector is its norm, x.grad[0, 0].norm().", expected**2),
+        ]
+        diagnose(got.detach(), expected, mistakes, what="result", context=description, rtol=1e-3)

@@ -10,7 +10,9 @@ The checker first runs a case where the French and English sides and the batch h
 size, so every wrong wiring still runs and its output can be recomputed and named (a [B, L_src]
 padding mask passed as ``mask=`` is then silently misread as [L_tgt, L_src]); then cases where
 the lengths differ (L_tgt != L_src), where a swap changes the output's shape or makes
-``MultiHeadAttention`` refuse the call, which is named too.
+``MultiHeadAttention`` refuse the call, which is named too. A result computed by hand from the
+layer's own projection weights is accepted when it equals the layer's output. The cases run in
+float32 and float64.
 
 ``decode_greedily``: the candidate is ``fn(model, encoder_output, source_padding_mask, max_len)
 -> [B, steps]`` French ids: the loop of greedy decoding over ``model.decode``. The checker runs it
@@ -18,6 +20,11 @@ on a scripted stand-in for a trained translator, whose next word is a fixed func
 word fed in, its position and the sentence, and whose sentences end after different numbers of
 words; so feeding back, reading the last position, padding finished rows, stopping and
 ``max_len`` each change the output in their own way. Then on a real (untrained) ``Translator``.
+
+``swap_and_translate``: the candidate is ``fn(model, sentences, donors, position, max_len=8) ->
+[French strings]``, the lesson's intervention. The checker hands it a real (untrained) translator
+that records the encoder output each decoding step receives, so what was swapped is compared
+directly, vector by vector (float32 and float64 models), and then the translations.
 """
 
 import torch
@@ -26,8 +33,16 @@ import torch.nn.functional as F
 
 from course_utils.attention import MultiHeadAttention
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator
-from course_utils.translation import TARGET_VOCAB, Translator, Vocabulary, cross_attention, decode_greedily
+from course_utils.exercises.checking import Mistake, call, close, diagnose, expect_plain, expect_tensor, generator
+from course_utils.translation import (
+    TARGET_VOCAB,
+    Translator,
+    Vocabulary,
+    cross_attention,
+    decode_greedily,
+    encode_batch,
+    swap_and_translate,
+)
 
 D_MODEL, NUM_HEADS = 8, 2
 
@@ -44,20 +59,31 @@ KEY_VALUE_LENGTHS = "key and value have different lengths"
 NOT_THE_LAYER = "you did not call the layer you were given"
 
 
-def _make_mha(seed):
+def _make_mha(seed, dtype=torch.float32):
     with torch.random.fork_rng(devices=[]):  # leave the learner's random numbers alone
         torch.manual_seed(seed)
-        return MultiHeadAttention(D_MODEL, NUM_HEADS, qkv_bias=True).eval()
+        return MultiHeadAttention(D_MODEL, NUM_HEADS, qkv_bias=True).to(dtype).eval()
 
 
-def _case(batch, target_len, source_lengths, seed):
+def _case(batch, target_len, source_lengths, seed, dtype=torch.float32):
     """Random decoder states and encoder output; sentence b has source_lengths[b] real words, then padding."""
     g = generator(seed)
     source_len = max(source_lengths)
-    decoder_states = torch.randn(batch, target_len, D_MODEL, generator=g)
-    encoder_output = torch.randn(batch, source_len, D_MODEL, generator=g)
+    decoder_states = torch.randn(batch, target_len, D_MODEL, generator=g).to(dtype)
+    encoder_output = torch.randn(batch, source_len, D_MODEL, generator=g).to(dtype)
     source_padding_mask = torch.arange(source_len)[None, :] < torch.tensor(source_lengths)[:, None]
-    return _make_mha(seed), decoder_states, encoder_output, source_padding_mask
+    return _make_mha(seed, dtype), decoder_states, encoder_output, source_padding_mask
+
+
+def _self_attention_variants(mha, dec):
+    """Self-attention over the decoder states, with or without a causal mask: these run whatever the lengths."""
+    message = (
+        f"{SELF_ATTENTION} (query, key and value all from the decoder, as in the decoder's first sublayer): "
+        f"cross-attention takes its keys and values from the encoder output, "
+        f"mha(decoder_states, encoder_output, encoder_output, key_padding_mask=source_padding_mask)."
+    )
+    causal = torch.ones(dec.shape[1], dec.shape[1], dtype=torch.bool).tril()
+    return [(message, mha(dec, dec, dec)), (message, mha(dec, dec, dec, mask=causal))]
 
 
 def _wiring_variants(mha, dec, enc, real):
@@ -138,7 +164,10 @@ def _remap(mistake, l_tgt, l_src):
 
 
 def _run(candidate, mha, dec, enc, real, context):
-    """The candidate's output and the reference's, after the checks every case shares."""
+    """The candidate's output and the reference's, after the checks every case shares.
+
+    A result computed without calling ``mha`` (by hand, from its own weights) is fine if it is right.
+    """
     mha.attention_weights = None  # every forward of the layer sets it: shows whether the candidate called it
     with torch.no_grad():
         try:
@@ -149,11 +178,14 @@ def _run(candidate, mha, dec, enc, real, context):
         expected = cross_attention(mha, dec, enc, real)
     expect_tensor(got, what=f"output ({context})")
     expect_plain(got, dec.device, f"output ({context})")
-    if not called_the_layer:
+    if not called_the_layer and not close(got, expected):
         raise Mistake(
-            f"{NOT_THE_LAYER}, `mha`: its learned projections (query_linear, key_linear, value_linear, "
-            f"output_linear) belong to the translator. Call it, mha(query, key, value, ...), instead of a new "
-            f"MultiHeadAttention or a bare attention function ({context})."
+            f"{NOT_THE_LAYER}, `mha`, and your result differs from cross-attention through it ({context}). Its "
+            f"learned projections (query_linear, key_linear, value_linear, output_linear) belong to the "
+            f"translator: call it, mha(query, key, value, ...), instead of a new MultiHeadAttention or a bare "
+            f"attention function. (If you computed it by hand from mha's own weights, compare each step with "
+            f"lesson 03's: Q = decoder_states @ mha.query_linear.weight.T + bias, keys and values from "
+            f"encoder_output, the padding hidden, then mha.output_linear.)"
         )
     return got, expected
 
@@ -184,14 +216,19 @@ def check_cross_attention(candidate):
             f"sentence ({context}). Pass it as key_padding_mask=source_padding_mask.",
             mha(dec, enc, enc, mask=real),
         )
-        mistakes = _wiring_variants(mha, dec, enc, real) + _mask_variants(mha, dec, enc, real) + [mask_as_mask]
+        mistakes = _wiring_variants(mha, dec, enc, real) + _self_attention_variants(mha, dec)
+        mistakes += _mask_variants(mha, dec, enc, real) + [mask_as_mask]
         diagnose(got, expected, known_mistakes=mistakes, context=context)
-    # 2. different lengths (L_tgt != L_src): the output has one row per French position
-    for batch, target_len, source_lengths, seed in [(2, 3, [7, 4], 42), (3, 6, [2, 4, 3], 43)]:
-        mha, dec, enc, real = _case(batch, target_len, source_lengths, seed)
+    # 2. different lengths (L_tgt != L_src): the output has one row per French position; float32 and float64
+    for batch, target_len, source_lengths, seed, dtype in [
+        (2, 3, [7, 4], 42, torch.float32),
+        (3, 6, [2, 4, 3], 43, torch.float64),
+    ]:
+        mha, dec, enc, real = _case(batch, target_len, source_lengths, seed, dtype)
         l_src = max(source_lengths)
         context = (
-            f"{batch} sentences, {target_len} French positions, English lengths {source_lengths} padded to {l_src}"
+            f"{batch} sentences, {target_len} French positions, English lengths {source_lengths} padded to {l_src}, "
+            f"{str(dtype).removeprefix('torch.')}"
         )
         got, expected = _run(candidate, mha, dec, enc, real, context)
         if tuple(got.shape) == (batch, l_src, D_MODEL):
@@ -200,8 +237,11 @@ def check_cross_attention(candidate):
                 f"decoder needs one per French position, [B, L_tgt, d_model] = {tuple(expected.shape)} ({context}). "
                 f"The queries (first argument) come from the decoder: the output has the queries' length."
             )
+        if got.dtype != dtype:
+            raise Mistake(f"your output is {got.dtype}, the inputs are {dtype} ({context}): keep the inputs' dtype.")
         with torch.no_grad():
-            diagnose(got, expected, known_mistakes=_mask_variants(mha, dec, enc, real), context=context)
+            mistakes = _self_attention_variants(mha, dec) + _mask_variants(mha, dec, enc, real)
+            diagnose(got, expected, known_mistakes=mistakes, context=context)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -216,6 +256,7 @@ G_NO_PADDING = "a finished row kept writing words"
 G_STOP_AT_FIRST = "you stopped when the first row finished"
 G_NO_EARLY_STOP = "you always ran max_len steps"
 G_MAX_LEN = "you ignored max_len"
+G_ONE_SHORT = "you wrote at most max_len - 1 words"
 G_NO_END = "the </s> tokens are missing"
 G_NOT_IDS = "the output should hold integer word ids"
 
@@ -308,6 +349,11 @@ def _decode_mistakes(model, encoder_output, mask, max_len, expected):
             _loop(model, encoder_output, mask, max_len, pad_finished=False),
         ),
         (
+            f"{G_ONE_SHORT}: the loop must allow max_len words, for _ in range(max_len) (the <s> you start with "
+            f"is not one of them).",
+            _loop(model, encoder_output, mask, max_len - 1),
+        ),
+        (
             f"{G_STOP_AT_FIRST}: stop only when every row has written </s> (done.all()), not when one has.",
             _loop(model, encoder_output, mask, max_len, stop="first"),
         ),
@@ -353,11 +399,12 @@ def _same_ids(got, wrong):
 )
 def check_decode_greedily(candidate):
     model = _ScriptedTranslator().eval()
-    for lengths, max_len, seed in [([3, 5, 2, 4], 12, 51), ([6, 2, 4], 4, 52)]:
+    for lengths, max_len, seed, dtype in [([3, 5, 2, 4], 12, 51, torch.float32), ([6, 2, 4], 4, 52, torch.float64)]:
         encoder_output, mask = _scripted_case(lengths, seed)
+        encoder_output = encoder_output.to(dtype)
         context = (
             f"a scripted translator whose {len(lengths)} sentences end after {[n + 1 for n in lengths]} words "
-            f"(</s> included), max_len={max_len}"
+            f"(</s> included), max_len={max_len}, encoder output {str(dtype).removeprefix('torch.')}"
         )
         with torch.no_grad():
             got = call(candidate, model, encoder_output, mask, max_len)
@@ -388,3 +435,150 @@ def check_decode_greedily(candidate):
             f"on an untrained Translator (2 sentences, max_len=6) your output differs from greedy decoding."
             f"\nexpected: {expected.tolist()}\ngot:      {got.tolist()}"
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# swap_and_translate
+
+S_EVERY_POSITION = "you replaced the vectors at every position"
+S_NOTHING = "nothing was swapped"
+S_WORD = "you swapped the word, not its vector"
+S_WRONG_POSITION = "you replaced the vector at another position"
+S_BATCH_AXIS = "you indexed the batch axis"
+S_DONOR_PATCHED = "you patched the donor"
+S_NO_DECODE = "your function never called model.decode"
+S_TRANSLATIONS = "your translations are not the greedy ones"
+S_NOT_STRINGS = "return one French string per sentence"
+
+
+class _RecordingTranslator(Translator):
+    """A real (untrained) translator that keeps the encoder output of every ``decode`` call."""
+
+    def __init__(self, seed, dtype):
+        with torch.random.fork_rng(devices=[]):  # leave the learner's random numbers alone
+            torch.manual_seed(seed)
+            super().__init__(d_model=16, num_heads=2)
+        self.to(dtype).eval()
+        self.seen = []
+
+    def decode(self, target_in, encoder_output, source_padding_mask):
+        self.seen.append(encoder_output.detach().clone())
+        return super().decode(target_in, encoder_output, source_padding_mask)
+
+
+def _swap_cases():
+    sentences = ["the blue car", "a red dog", "the green hat", "a white door"]
+    donors = ["a grey dog", "the black car", "a yellow house", "the blue hat"]  # every word differs
+    return [
+        (sentences, donors, 2, 61, torch.float32),  # first the noun: there the donor's word differs too
+        (sentences, donors, 0, 62, torch.float64),
+        (sentences[::-1], donors[::-1], 1, 63, torch.float32),
+    ]
+
+
+def _swap_variants(model, sentences, donors, position):
+    """(message, the encoder output a mistake hands to decode)."""
+    (source, _), _ = encode_batch(sentences)
+    (donor_source, _), _ = encode_batch(donors)
+    with torch.no_grad():
+        own, donor = model.encode(source)[0], model.encode(donor_source)[0]
+        word_swapped = source.clone()
+        word_swapped[:, position] = donor_source[:, position]
+        re_encoded = model.encode(word_swapped)[0]
+
+    def patched(base, other, index):
+        out = base.clone()
+        out[index] = other[index]
+        return out
+
+    slot = (slice(None), position)
+    length = own.shape[1]
+    same_word = torch.equal(word_swapped, source)  # e.g. 'the' in both: swapping the word changes nothing
+    return [
+        (
+            f"{S_EVERY_POSITION}: the donor's whole encoder output went to the decoder. Replace only the vector at "
+            f"`position`: patched = encoder_output.clone(); patched[:, position] = donor_output[:, position].",
+            donor,
+        ),
+        (
+            f"{S_NOTHING}: the decoder received the sentence's own encoder output. Make a copy, put the donor's "
+            f"vector at `position` into it, and pass that copy to decode_greedily.",
+            own,
+        ),
+        (
+            f"{S_WORD}: you changed the English word and ran the encoder again, so its self-attention spread the "
+            f"donor word into every vector. The intervention replaces one vector *after* the encoder and keeps "
+            f"all the others: encode both sentences, then patched[:, position] = donor_output[:, position].",
+            re_encoded if not same_word else donor,  # (then never reached: the first entry matches donor)
+        ),
+        *[
+            (
+                f"{S_WRONG_POSITION} ({other % length}, not {position}): the vector to replace is "
+                f"patched[:, position], the second axis is the word position.",
+                patched(own, donor, (slice(None), other % length)),
+            )
+            for other in (position - 1, position + 1)
+        ],
+        (
+            f"{S_BATCH_AXIS}: patched[position] replaced a whole sentence (sentence {position} of the batch). The "
+            f"encoder output is [B, L_src, d]: the word position is the second axis, patched[:, position].",
+            patched(own, donor, position),
+        ),
+        (
+            f"{S_DONOR_PATCHED}: you put the sentence's vector into the donor's encoder output. Start from the "
+            f"sentence's own output and take only position `position` from the donor.",
+            patched(donor, own, slot),
+        ),
+    ]
+
+
+@exercise(
+    "swap_and_translate",
+    solution=swap_and_translate,
+    hints=[
+        "Encode both: (source, _), _ = encode_batch(sentences), the same for donors; then "
+        "encoder_output, source_padding_mask = model.encode(source) and donor_output, _ = model.encode(donor_source).",
+        "Make a copy, patched = encoder_output.clone(), and replace one vector: patched[:, position] = "
+        "donor_output[:, position]. The encoder output is [B, L_src, d]; the second axis is the word.",
+        "Then written = decode_greedily(model, patched, source_padding_mask, max_len) (course_utils.translation's, "
+        "imported in the lesson as course_decode_greedily) and turn each row into a string: "
+        "' '.join(TARGET_VOCAB.decode(row)) for row in written.tolist().",
+    ],
+)
+def check_swap_and_translate(candidate):
+    for sentences, donors, position, seed, dtype in _swap_cases():
+        model = _RecordingTranslator(seed, dtype)
+        context = f"position {position}, {len(sentences)} phrases, an untrained {str(dtype).removeprefix('torch.')} translator"
+        with torch.no_grad():
+            got = call(candidate, model, list(sentences), list(donors), position)
+        seen, model.seen = model.seen, []
+        expected = swap_and_translate(model, sentences, donors, position)
+        right_input = model.seen[0]
+        if not seen:
+            raise Mistake(
+                f"{S_NO_DECODE} ({context}): translate the patched encoder output with "
+                f"decode_greedily(model, patched, source_padding_mask, max_len), which calls it."
+            )
+        if seen[0].dtype != dtype:
+            raise Mistake(f"the encoder output you decoded is {seen[0].dtype}, the model is {dtype} ({context}).")
+        if not close(seen[0], right_input):
+            for message, wrong in _swap_variants(model, sentences, donors, position):
+                if close(seen[0], wrong):
+                    raise Mistake(f"{message} ({context})")
+            diff = (seen[0].double() - right_input.double()).abs().amax(dim=-1)  # [B, L_src]
+            where = [tuple(i) for i in (diff > 1e-5).nonzero().tolist()][:4]
+            raise Mistake(
+                f"the encoder output you decoded is not the sentence's own with the donor's vector at position "
+                f"{position} ({context}); it differs at (sentence, position) {where}."
+            )
+        if not isinstance(got, (list, tuple)) or len(got) != len(sentences) or not all(isinstance(g, str) for g in got):
+            raise Mistake(
+                f"{S_NOT_STRINGS}, a list of {len(sentences)} strings such as 'la voiture bleue'; got "
+                f"{type(got).__name__} {str(got)[:120]} ({context}). ' '.join(TARGET_VOCAB.decode(row)) turns a row of "
+                f"ids into one."
+            )
+        if list(got) != expected:
+            raise Mistake(
+                f"{S_TRANSLATIONS} ({context}): decode with decode_greedily(model, patched, source_padding_mask, "
+                f"max_len) and TARGET_VOCAB.decode.\nexpected: {expected}\ngot:      {list(got)}"
+            )

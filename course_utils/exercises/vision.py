@@ -1,4 +1,5 @@
-"""Lesson 05d's exercise: cut images into patches (``patchify``).
+"""Lesson 05d's exercises: cut images into patches (``patchify``), and cover patches for the
+occlusion test (``occlude_patches``).
 
 The solution is the course's reference, ``course_utils.vision.patchify``. The expected
 answer comes from an independent oracle, PyTorch's ``F.unfold`` (the sliding-window
@@ -7,7 +8,12 @@ operation behind convolutions), transposed to [B, num_patches, C*p*p].
 Each known mistake (a reshape without the permute, patches numbered column by column,
 pixels flattened channels last, ...) is recomputed on the same images and named when the
 learner's output matches it. The images are random, so two different orders never agree
-by chance; several channels and non-square images make every mistake show somewhere.
+by chance; several channels and non-square images make every mistake show somewhere. The
+cases run in float32, float64 and float16 (a cut moves numbers, so every dtype must come back as it went in).
+
+``occlude_patches``'s expected answer is built pixel by pixel with slicing, independently of the
+reference's repeat_interleave; the mistakes (flags read column by column, tiled instead of
+repeated, the marked and unmarked patches swapped, zeros instead of the background) are named.
 """
 
 import torch
@@ -22,7 +28,9 @@ P_STRIPS = "your patches are strips, not squares"
 P_COLUMN_MAJOR = "your patches are numbered column by column"
 P_CHANNELS_LAST = "you flattened each patch channels last"
 P_PATCH_TRANSPOSED = "inside each patch you read the pixels column by column"
-P_IMAGE_TRANSPOSED = "you swapped height and width"
+P_IMAGE_TRANSPOSED = "your result is the patches of the transposed image"
+P_HW_SWAPPED = "you swapped height and width"
+P_UNFOLD_NO_PERMUTE = "after Tensor.unfold you reshaped without moving the channel axis"
 P_UNFOLD_LAYOUT = "the patches are on the last axis"
 P_GRID_NOT_MERGED = "you kept the grid of patches as two axes"
 P_WRONG_COUNT = "you have the wrong number of patches"
@@ -70,11 +78,30 @@ def _mistakes(images, p):
             _variant(images, p, (0, 2, 4, 1, 5, 3)),
         ),
         (
-            f"{P_IMAGE_TRANSPOSED}: your result is the patches of the transposed image (patches column by column "
-            f"and each patch transposed). images are [B, C, H, W]: height (rows) is axis 2, width (columns) axis 3.",
+            f"{P_IMAGE_TRANSPOSED} (patches column by column and each patch transposed). images are [B, C, H, W]: "
+            f"height (rows) is axis 2, width (columns) axis 3.",
             _variant(images, p, (0, 4, 2, 1, 5, 3)),
         ),
     ]
+    if h != w:  # b, c, w, h = images.shape: the split uses the width for the rows and the height for the columns
+        swapped = images.reshape(b, c, w // p, p, h // p, p).permute(0, 2, 4, 1, 3, 5)
+        mistakes.append(
+            (
+                f"{P_HW_SWAPPED}: your split is reshape(B, C, W // p, p, H // p, p), which cuts an image {h} high "
+                f"and {w} wide as if it were {w} high. images are [B, C, H, W]: b, c, h, w = images.shape, and "
+                f"the rows of patches come from h.",
+                swapped.reshape(b, (h // p) * (w // p), c * p * p),
+            )
+        )
+    if c > 1:  # images.unfold(2, p, p).unfold(3, p, p) is [B, C, rows, cols, p, p]: the channel must move too
+        mistakes.append(
+            (
+                f"{P_UNFOLD_NO_PERMUTE}: images.unfold(2, p, p).unfold(3, p, p) is [B, C, rows, cols, p, p], and a "
+                f"reshape to [B, num_patches, C*p*p] then mixes the channels into the patch count. Permute the channel "
+                f"axis next to the pixels first: .permute(0, 2, 3, 1, 4, 5), then reshape.",
+                _variant(images, p, (0, 1, 2, 4, 3, 5)),
+            )
+        )
     if c > 1:  # channels last and patches column by column, or channels last and each patch transposed
         mistakes += [
             (
@@ -126,6 +153,8 @@ def _cases():
         ("1 image with 2 channels, 12x6 pixels, patch_size=3", torch.randn(1, 2, 12, 6, generator=g), 3),
         ("2 RGB 6x6 images, patch_size=6 (one patch)", torch.randn(2, 3, 6, 6, generator=g), 6),
         ("2 RGB 4x6 images, patch_size=2", torch.randn(2, 3, 4, 6, generator=g), 2),
+        ("2 RGB 8x4 images in float64, patch_size=2", torch.randn(2, 3, 8, 4, generator=g).double(), 2),
+        ("1 grey 4x8 image in float16, patch_size=4", torch.randn(1, 1, 4, 8, generator=g).half(), 4),
     ]
 
 
@@ -170,5 +199,110 @@ def check_patchify(candidate):
         got = call(candidate, images, p)
         _check_shape(got, images, p, description)
         expect_plain(got, images.device, f"result for {description}")
+        if got.dtype != images.dtype:
+            raise Mistake(
+                f"your result is {got.dtype}, the images are {images.dtype} ({description}): cutting patches only "
+                f"moves numbers, so keep the images' dtype (no .float() or new tensors of another dtype)."
+            )
         diagnose(got, _oracle(images, p), _mistakes(images, p), what="result", context=description)
     _check_divisibility(candidate)
+
+
+# ----------------------------------------------------------------------------------------------
+# occlude_patches
+
+O_COLUMN_MAJOR = "you read the patch flags column by column"
+O_TILED = "you tiled the flags instead of repeating each one"
+O_INVERTED = "you replaced the patches that were not marked"
+O_ZEROS = "the covered patches hold zeros"
+O_NOTHING = "nothing was replaced"
+O_EVERYTHING = "every pixel was replaced"
+
+
+def _occlusion_oracle(images, which, p, background):
+    """Patch by patch with slicing: patch i of row-major numbering covers rows r*p.. and columns q*p.."""
+    out = images.clone()
+    cols = images.shape[-1] // p
+    for b, i in which.nonzero().tolist():
+        r, q = divmod(i, cols)
+        out[b, :, r * p : (r + 1) * p, q * p : (q + 1) * p] = background[b, :, r * p : (r + 1) * p, q * p : (q + 1) * p]
+    return out
+
+
+def _occlusion_cases():
+    g = generator(9)
+
+    def case(description, shape, p, dtype=torch.float32):
+        b, _, h, w = shape
+        images = torch.randn(*shape, generator=g).to(dtype)
+        which = torch.rand(b, (h // p) * (w // p), generator=g) < 0.4
+        return description, images, which, p, (10 + torch.randn(*shape, generator=g)).to(dtype)
+
+    # a non-square grid first, so reading the flags column by column changes which patches are covered
+    return [
+        case("2 grey 8x12 images, patch_size=4 (2 x 3 patches)", (2, 1, 8, 12), 4),
+        case("3 RGB 6x6 images, patch_size=2, float64", (3, 3, 6, 6), 2, torch.float64),
+        case("1 image with 2 channels, 4x8 pixels, patch_size=2, float16", (1, 2, 4, 8), 2, torch.float16),
+    ]
+
+
+def _occlusion_mistakes(images, which, p, background):
+    b, c, h, w = images.shape
+    rows, cols = h // p, w // p
+
+    def with_pixels(pixels):
+        return torch.where(pixels, background, images)
+
+    column_major = which.reshape(b, cols, rows).transpose(1, 2).reshape(b, -1)
+    tiled = which.reshape(b, 1, rows, cols).repeat(1, 1, p, p)
+    return [
+        (
+            f"{O_COLUMN_MAJOR}: which[b, i] is patch i in patchify's order, row by row, so reshape it to "
+            f"[B, rows, cols] = [{b}, {rows}, {cols}], rows first.",
+            _occlusion_oracle(images, column_major, p, background),
+        ),
+        (
+            f"{O_TILED}: .repeat(1, 1, p, p) copies the whole grid of flags p times side by side; each flag must "
+            f"cover its own p x p pixels, which is .repeat_interleave(p, dim=2).repeat_interleave(p, dim=3).",
+            with_pixels(tiled),
+        ),
+        (
+            f"{O_INVERTED}: True in `which` marks a patch to cover; keep the others as they are "
+            f"(torch.where(pixels, background, images), not the other way round).",
+            _occlusion_oracle(images, ~which, p, background),
+        ),
+        (
+            f"{O_ZEROS}: cover them with the given `background` pixels, not zeros (a black patch is itself a "
+            f"pattern the model may react to; the lesson covers with background noise).",
+            _occlusion_oracle(images, which, p, torch.zeros_like(background)),
+        ),
+        (f"{O_NOTHING}: the result is the images as they came in.", images),
+        (f"{O_EVERYTHING}: the result is the background; only the marked patches should be covered.", background),
+    ]
+
+
+@exercise(
+    "occlude_patches",
+    solution=vision.occlude_patches,
+    hints=[
+        "which is [B, num_patches], numbered row by row. which.reshape(B, 1, rows, cols) puts each flag on the "
+        "patch grid (rows = H // p, cols = W // p).",
+        "Blow each flag up to its p x p pixels: .repeat_interleave(p, dim=2).repeat_interleave(p, dim=3) gives a "
+        "[B, 1, H, W] mask, which broadcasts over the channels.",
+        "torch.where(pixels, background, images) takes the background where a pixel is covered and the image "
+        "elsewhere, and makes a new tensor.",
+    ],
+)
+def check_occlude_patches(candidate):
+    for description, images, which, p, background in _occlusion_cases():
+        got = call(candidate, images, which, p, background)
+        expect_tensor(got, what=f"result for {description}")
+        expect_plain(got, images.device, f"result for {description}")
+        if got.dtype != images.dtype:
+            raise Mistake(
+                f"your result is {got.dtype}, the images are {images.dtype} ({description}): keep their dtype."
+            )
+        diagnose(
+            got, _occlusion_oracle(images, which, p, background), _occlusion_mistakes(images, which, p, background),
+            what="result", context=description, atol=0, rtol=0,
+        )  # fmt: skip
