@@ -464,6 +464,11 @@ def decode_greedily(model, encoder_output, source_padding_mask, max_len):
     return written[:, 1:]  # without the <s>
 
 
+# swap_and_translate calls the loop under this second name, so that pasting its solution into the lesson
+# does not replace the learner's own decode_greedily (the second exercise)
+reference_decode_greedily = decode_greedily
+
+
 def translate(model, sentences):
     """English sentences -> the model's French sentences (greedy decoding).
 
@@ -569,7 +574,7 @@ def swap_and_translate(model, sentences, donors, position, max_len=8):
     donor_output, _ = model.encode(donor_source.to(device))
     patched = encoder_output.clone()  # a copy: the sentence's own vectors stay as they were
     patched[:, position] = donor_output[:, position]  # one vector, after the encoder, from the donor
-    written = decode_greedily(model, patched, source_padding_mask, max_len)
+    written = reference_decode_greedily(model, patched, source_padding_mask, max_len)
     return [" ".join(TARGET_VOCAB.decode(row)) for row in written.tolist()]
 
 
