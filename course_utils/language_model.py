@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.attention import causal_mask, combine_heads, scaled_dot_product_attention, split_heads
+from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
 from course_utils.data import data_path
 from course_utils.modern import GroupedQueryAttention, apply_rope, repeat_kv
 from course_utils.stories import story_corpus
@@ -278,7 +278,8 @@ def causal_self_attention(attention, x, cache=None):
     key = apply_rope(key, slots, attention.rope_base)
     n_rep = attention.num_heads // attention.num_kv_heads
     key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
-    mask = causal_mask(n, device=x.device)[n - t :]  # the last t rows of the causal mask
+    # the last t rows of the causal mask: new token i (slot n - t + i) may read slots 0 .. n - t + i
+    mask = torch.ones(t, n, dtype=torch.bool, device=x.device).tril(diagonal=n - t)
     context, weights = scaled_dot_product_attention(query, key, value, mask)
     return attention.output_linear(combine_heads(context)), weights
 

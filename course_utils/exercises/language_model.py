@@ -1,0 +1,640 @@
+"""Lesson 10's exercises: next_token_loss, filter_logits, sample_next_token and decode_with_cache.
+
+The solutions are the course's reference code in ``course_utils.language_model``. The
+expected answers come from oracles written here another way (a loop over positions with
+log_softmax, a filter over Python lists, frequencies counted over thousands of draws, a
+decoder that reruns the model on the whole text), so a bug in the reference cannot hide
+in the checker. Each known mistake is recomputed on the same inputs and named when the
+learner's output matches it.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from course_utils import language_model as lm
+from course_utils.exercises import exercise
+from course_utils.exercises.checking import Mistake, call, close, describe, diagnose, expect_tensor, generator
+
+# Distinctive phrases, one per mistake (the tests look for them).
+LOSS_NO_SHIFT = "you compared each position with its own token"
+LOSS_WRONG_WAY = "you shifted the wrong way"
+LOSS_BOTH_SHIFTED = "you shifted the logits and the tokens the same way"
+LOSS_SOFTMAX_FIRST = "you applied softmax before cross_entropy"
+LOSS_SUMMED = "you summed over the positions"
+LOSS_OVER_VOCAB = "you averaged over the vocabulary too"
+LOSS_NOT_SCALAR = "one number for the whole batch"
+LOSS_FLOAT = "return the loss as a tensor"
+LOSS_DETACHED = "your loss is cut off from the logits"
+LOSS_CLASSES_AXIS = "cross_entropy reads the classes from dim 1"
+
+FILTER_TEMPERATURE_MULTIPLIED = "you multiplied by the temperature"
+FILTER_TOP_P_BEFORE_TEMPERATURE = "you chose the top-p tokens before applying the temperature"
+FILTER_CROSSING_DROPPED = "you dropped the token that crosses p"
+FILTER_RENORMALISED = "you changed the kept logits"
+FILTER_PROBABILITIES = "you returned probabilities"
+FILTER_TIES = "you broke a tie"
+FILTER_TOP_K_TOO_LARGE = "top_k larger than the vocabulary"
+FILTER_NOT_MINUS_INF = "excluded tokens must be -inf"
+FILTER_SMALLEST = "you kept the k smallest"
+FILTER_TOP_P_BEFORE_TOP_K = "you applied top-p before top-k"
+FILTER_NO_TEMPERATURE = "the temperature was ignored"
+
+SAMPLE_GREEDY = "you took the most probable token"
+SAMPLE_GENERATOR = "your draws do not follow the generator"
+SAMPLE_NOT_SQUEEZED = "one id per row"
+SAMPLE_UNFILTERED = "you sampled without filter_logits"
+SAMPLE_EXCLUDED = "you sampled a token that filter_logits excludes"
+SAMPLE_LOGITS_AS_PROBS = "torch.multinomial takes probabilities"
+SAMPLE_WRONG_FREQUENCIES = "the frequencies of your draws do not match"
+
+CACHE_NOT_USED = "you did not use the cache"
+CACHE_FRESH_EACH_STEP = "you made new caches at every step"
+CACHE_WHOLE_TEXT_AGAIN = "you fed the whole text again"
+CACHE_SHARED = "every layer shares one cache"
+CACHE_FIRST_POSITION = "you read the prediction of the first position"
+CACHE_SAME_TOKEN = "you fed the same token at every step"
+CACHE_ONLY_NEW = "return the prompt and the new tokens"
+
+
+def _randn(g, *shape, scale=1.0, dtype=torch.float32):
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+
+# --------------------------------------------------------------------------- next_token_loss
+
+
+def _loss_oracle(logits, tokens):
+    """Mean of -log p(token t+1 | position t), one position at a time, in float64."""
+    log_probs = logits.double().log_softmax(dim=-1)
+    terms = [-log_probs[b, t, tokens[b, t + 1]] for b in range(tokens.shape[0]) for t in range(tokens.shape[1] - 1)]
+    return torch.stack(terms).mean()
+
+
+def _ce(logits, tokens):
+    return F.cross_entropy(logits.double().reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+
+
+def _loss_mistakes(logits, tokens, case):
+    v, t = logits.shape[-1], tokens.shape[1]
+    probs = logits.double().softmax(dim=-1)
+    classes_axis = []
+    if t - 1 == v:  # then cross_entropy accepts [B, T - 1, V] and reads dim 1 (the positions) as the classes
+        classes_axis.append((_classes_axis_message(case), F.cross_entropy(logits.double()[:, :-1], tokens[:, 1:])))
+    return classes_axis + [
+        (
+            f"{LOSS_NO_SHIFT} (no shift): position t must predict token t + 1, so compare logits[:, :-1] with "
+            f"tokens[:, 1:]. {case}",
+            _ce(logits, tokens),
+        ),
+        (
+            f"{LOSS_WRONG_WAY}: logits[:, 1:] against tokens[:, :-1] asks each position to predict the token "
+            f"before it. Use logits[:, :-1] (every position but the last) against tokens[:, 1:]. {case}",
+            _ce(logits[:, 1:], tokens[:, :-1]),
+        ),
+        (
+            f"{LOSS_BOTH_SHIFTED}: logits[:, 1:] with tokens[:, 1:] still compares each position with its own "
+            f"token. Shift only one side: logits[:, :-1] against tokens[:, 1:]. {case}",
+            _ce(logits[:, 1:], tokens[:, 1:]),
+        ),
+        (
+            f"{LOSS_BOTH_SHIFTED}: logits[:, :-1] with tokens[:, :-1] still compares each position with its own "
+            f"token. Shift only one side: logits[:, :-1] against tokens[:, 1:]. {case}",
+            _ce(logits[:, :-1], tokens[:, :-1]),
+        ),
+        (
+            f"{LOSS_SOFTMAX_FIRST}: F.cross_entropy takes raw logits and applies log_softmax itself, so softmax "
+            f"first squashes the scores twice. Pass the logits as they are. {case}",
+            _ce(probs[:, :-1], tokens[:, 1:]),
+        ),
+        (
+            f"{LOSS_SUMMED} instead of averaging: the loss should be the mean over all B * (T - 1) predictions, "
+            f"so it does not grow with the length. {case}",
+            _loss_oracle(logits, tokens) * (t - 1),
+        ),
+        (
+            f"{LOSS_OVER_VOCAB} (the mean of log-probabilities times one-hot targets divides by V = {v}): take "
+            f"-log p of the target token only, then the mean over predictions. {case}",
+            _loss_oracle(logits, tokens) / v,
+        ),
+    ]
+
+
+def _classes_axis_message(case, error=""):
+    return (
+        f"{LOSS_CLASSES_AXIS}: given [B, T - 1, V] logits it takes dim 1 (the positions) for the classes. Reshape "
+        f"to [B * (T - 1), V] and [B * (T - 1)] first (or transpose(1, 2)). {case}" + (f"\n{error}" if error else "")
+    )
+
+
+def _loss_cases():
+    g = generator(10)
+    cases = []
+    for description, shape, scale, dtype in [
+        ("logits [2, 6, 5]", (2, 6, 5), 2.0, torch.float32),
+        ("logits [1, 9, 11], float64", (1, 9, 11), 1.0, torch.float64),
+        ("logits [3, 4, 7], large scores (x 40)", (3, 4, 7), 40.0, torch.float32),
+        ("logits [4, 2, 3], the shortest text: one prediction per row", (4, 2, 3), 1.0, torch.float32),
+    ]:
+        tokens = torch.randint(0, shape[-1], shape[:2], generator=g)
+        cases.append((description, _randn(g, *shape, scale=scale, dtype=dtype), tokens))
+    return cases
+
+
+@exercise(
+    "next_token_loss",
+    solution=lm.next_token_loss,
+    hints=[
+        "Position t has read tokens 0..t, so its logits predict token t + 1. The last position has nothing to "
+        "predict and the first token is never predicted: use logits[:, :-1] and tokens[:, 1:].",
+        "F.cross_entropy wants scores [N, V] and targets [N]: reshape the [B, T - 1, V] logits to "
+        "[-1, V] and the [B, T - 1] targets to [-1]. Give it the raw logits (it applies log_softmax itself).",
+        "`return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))`",
+    ],
+)
+def check_next_token_loss(candidate):
+    for description, logits, tokens in _loss_cases():
+        case = f"(case: {description})"
+        logits = logits.clone().requires_grad_(True)
+        try:
+            got = call(candidate, logits, tokens)
+        except Mistake as error:
+            if "Expected target size" in str(error):
+                raise Mistake(_classes_axis_message(case, error)) from None
+            raise
+        if isinstance(got, float):
+            raise Mistake(
+                f"{LOSS_FLOAT} (you returned a Python float, from .item()?): training calls "
+                f"loss.backward(), which needs the tensor. {case}"
+            )
+        expect_tensor(got, what="loss")
+        if got.dim() != 0:
+            raise Mistake(
+                f"the loss should be {LOSS_NOT_SCALAR} (a 0-d tensor), but it has shape "
+                f"{tuple(got.shape)}: your mean kept an axis; average over every prediction at once "
+                f"(.mean() without dim=, or cross_entropy on [N, V] and [N]). {case}"
+            )
+        if not got.requires_grad:
+            raise Mistake(
+                f"{LOSS_DETACHED} (no gradient flows back): keep it in PyTorch, no .item(), .detach() "
+                f"or numpy on the way. {case}"
+            )
+        expected = _loss_oracle(logits.detach(), tokens).to(logits.dtype)
+        diagnose(
+            got.detach(),
+            expected,
+            _loss_mistakes(logits.detach(), tokens, case),
+            what="loss",
+            atol=1e-5,
+            rtol=1e-4,
+            context=description,
+        )
+
+
+# --------------------------------------------------------------------------- filter_logits
+
+
+def _filter_row(
+    row,
+    temperature,
+    top_k,
+    top_p,
+    *,
+    multiply=False,
+    p_first=False,
+    crossing=True,
+    smallest=False,
+    p_before_k=False,
+):
+    """One row of filter_logits over Python floats; the keywords plant the mistakes."""
+    z = [x * temperature if multiply else x / temperature for x in row]
+    v = len(z)
+    keep = [True] * v
+
+    def apply_top_k():
+        if top_k is None or top_k >= v:
+            return
+        kth = sorted(z, reverse=not smallest)[top_k - 1]
+        for i in range(v):
+            keep[i] = keep[i] and (z[i] <= kth if smallest else z[i] >= kth)
+
+    def apply_top_p():
+        if top_p is None or top_p >= 1:
+            return
+        scores = row if p_first else z  # p_first: the nucleus chosen from the logits before the temperature
+        kept = [i for i in range(v) if keep[i]]
+        top = max(scores[i] for i in kept)
+        weights = {i: math.exp(scores[i] - top) for i in kept}
+        total = sum(weights.values())
+        mass = 0.0
+        for i in sorted(kept, key=lambda i: (-weights[i], i)):
+            p = weights[i] / total
+            if crossing:
+                keep[i] = mass < top_p
+            else:
+                keep[i] = mass + p < top_p
+            mass += p
+
+    if p_before_k:
+        apply_top_p()
+        apply_top_k()
+    else:
+        apply_top_k()
+        apply_top_p()
+    return [zi if k else -math.inf for zi, k in zip(z, keep, strict=True)]
+
+
+def _filter_oracle(logits, temperature=1.0, top_k=None, top_p=None, **mistake):
+    rows = logits.double().reshape(-1, logits.shape[-1]).tolist()
+    out = [_filter_row(r, temperature, top_k, top_p, **mistake) for r in rows]
+    return torch.tensor(out, dtype=torch.float64).reshape(logits.shape).to(logits.dtype)
+
+
+def _filter_cases():
+    g = generator(11)
+    ties = torch.tensor([[1.0, 3.0, 0.5, 3.0, 2.0, 3.0], [0.2, 0.1, 2.5, 2.5, -1.0, 0.0]])
+    # probabilities (about) 0.46, 0.25, 0.15, 0.09, 0.05: with p = 0.7 the second crosses 0.7 only at
+    # temperature 1, the third at temperature 2; all cumulative sums stay clear of p
+    nucleus = torch.tensor([[2.0, 1.4, 0.9, 0.4, -0.2], [-0.2, 0.4, 2.0, 0.9, 1.4]])
+    return [
+        ("temperature 0.5 only, logits [2, 6]", _randn(g, 2, 6, scale=2.0), dict(temperature=0.5)),
+        ("temperature 3.0 only, logits [7], float64", _randn(g, 7, dtype=torch.float64), dict(temperature=3.0)),
+        ("top_k=3, logits [3, 8]", _randn(g, 3, 8), dict(top_k=3)),
+        ("top_k=2 with ties for the largest", ties, dict(top_k=2)),
+        ("top_k=10 with only 6 tokens", _randn(g, 2, 6), dict(top_k=10)),
+        ("top_p=0.7", nucleus, dict(top_p=0.7)),
+        ("top_p=0.7, temperature 2.0", nucleus, dict(temperature=2.0, top_p=0.7)),
+        ("top_p=0.01: only the most probable token reaches it", _randn(g, 3, 9), dict(top_p=0.01)),
+        ("top_p=1.0: every token kept", _randn(g, 2, 5), dict(top_p=1.0)),
+        (
+            "top_p=0.8 on logits [2, 3, 10] (a batch of texts), temperature 0.7",
+            _randn(g, 2, 3, 10, scale=2.0),
+            dict(temperature=0.7, top_p=0.8),
+        ),
+        (
+            "top_k=4 then top_p=0.5, temperature 1.5",
+            _randn(g, 4, 12, scale=2.0),
+            dict(temperature=1.5, top_k=4, top_p=0.5),
+        ),
+    ]
+
+
+def _filter_mistakes(logits, kwargs, expected, case):
+    mistakes = []
+
+    def add(message, **mistake):
+        mistakes.append((f"{message} {case}", _filter_oracle(logits, **kwargs, **mistake)))
+
+    add(
+        f"{FILTER_TEMPERATURE_MULTIPLIED}: divide the logits by it, so a temperature below 1 sharpens "
+        f"the distribution and one above 1 flattens it.",
+        multiply=True,
+    )
+    add(
+        f"{FILTER_TOP_P_BEFORE_TEMPERATURE}: divide by the temperature first, then pick the nucleus from "
+        f"the softmax of the divided logits (the temperature changes which tokens reach p).",
+        p_first=True,
+    )
+    add(
+        f"{FILTER_CROSSING_DROPPED}: keep a token while the probability of the tokens before it is still below "
+        f"p (the token that makes the sum reach p is kept), so at least one token always stays.",
+        crossing=False,
+    )
+    add(f"{FILTER_SMALLEST}: top-k keeps the k largest logits (topk's default, largest=True).", smallest=True)
+    add(
+        f"{FILTER_TOP_P_BEFORE_TOP_K}: apply the temperature, then top-k, then top-p on the tokens top-k kept.",
+        p_before_k=True,
+    )
+    if kwargs.get("temperature", 1.0) != 1.0:
+        no_temperature = {**kwargs, "temperature": 1.0}
+        mistakes.append(
+            (
+                f"{FILTER_NO_TEMPERATURE}: divide the logits by it first. {case}",
+                _filter_oracle(logits, **no_temperature),
+            )
+        )
+    finite = torch.isfinite(expected)
+    renormalised = expected.double().log_softmax(dim=-1).to(expected.dtype)
+    if not close(renormalised, expected):
+        mistakes.append(
+            (
+                f"{FILTER_RENORMALISED} (log_softmax after the filter): return the divided logits "
+                f"unchanged, with -inf where a token is excluded; softmax renormalises over the kept "
+                f"tokens by itself when you sample. {case}",
+                renormalised,
+            )
+        )
+    probs = expected.double().softmax(dim=-1).to(expected.dtype)
+    mistakes.append(
+        (
+            f"{FILTER_PROBABILITIES}: filter_logits returns logits (kept ones divided by the "
+            f"temperature, excluded ones -inf); the softmax comes later, in sample_next_token. {case}",
+            probs,
+        )
+    )
+    mistakes.append(
+        (
+            f"{FILTER_PROBABILITIES}: filter_logits returns logits (kept ones divided by the "
+            f"temperature, excluded ones -inf); the softmax comes later, in sample_next_token. {case}",
+            torch.where(finite, probs, torch.zeros_like(probs)),
+        )
+    )
+    return mistakes
+
+
+def _ties_broken(got, expected, top_k, case):
+    """Exactly k tokens kept, all of them rightly, where more tie with the k-th largest."""
+    if top_k is None or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return
+    kept, right = torch.isfinite(got), torch.isfinite(expected)
+    k = min(top_k, expected.shape[-1])
+    if (kept & ~right).any() or not (kept.sum(-1) == k).all() or torch.equal(kept, right):
+        return
+    if close(torch.where(kept, got, 0.0), torch.where(kept, expected, 0.0)):
+        raise Mistake(
+            f"{FILTER_TIES} by position: you kept exactly {k} tokens, but more are tied with the k-th largest logit. "
+            f"Keep every token at least as large as the k-th largest (mask `logits < kth_largest`, not the "
+            f"indices topk returns), so the result does not depend on the order of the vocabulary. {case}"
+        )
+
+
+def _not_minus_inf(got, expected, case):
+    """Excluded tokens filled with 0, -1e9 or another finite number instead of -inf."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return
+    excluded = ~torch.isfinite(expected)
+    if excluded.any() and torch.isfinite(got[excluded]).all() and close(got[~excluded], expected[~excluded]):
+        raise Mistake(
+            f"{FILTER_NOT_MINUS_INF}, so that softmax gives them probability exactly 0; you filled them "
+            f"with {got[excluded][0].item():.4g}. Use masked_fill(..., float('-inf')). {case}"
+        )
+
+
+@exercise(
+    "filter_logits",
+    solution=lm.filter_logits,
+    hints=[
+        "Three steps in this order: logits = logits / temperature; top-k keeps every token at least as large as "
+        "the k-th largest; top-p keeps the most probable tokens until their probability reaches p. Excluded "
+        "tokens get float('-inf'); kept ones are not changed.",
+        "top-k: `kth = logits.topk(k, dim=-1).values[..., -1:]`, then `logits.masked_fill(logits < kth, "
+        "float('-inf'))` (skip it when k >= V). top-p: sort the probabilities in descending order, "
+        "`mass_before = sorted_probs.cumsum(-1) - sorted_probs`, drop where mass_before >= p.",
+        "The drop mask is in sorted order: put it back with `drop = drop_sorted.scatter(-1, order, drop_sorted)` "
+        "(order from `probs.sort(dim=-1, descending=True)`), then `logits.masked_fill(drop, float('-inf'))`.",
+    ],
+)
+def check_filter_logits(candidate):
+    for description, logits, kwargs in _filter_cases():
+        case = f"(case: {description})"
+        expected = _filter_oracle(logits, **kwargs)
+        try:
+            got = call(candidate, logits, **kwargs)
+        except Mistake as error:
+            if kwargs.get("top_k", 0) > logits.shape[-1]:
+                raise Mistake(
+                    f"{FILTER_TOP_K_TOO_LARGE} ({kwargs['top_k']} of {logits.shape[-1]}) keeps every token: "
+                    f"logits.topk(k) fails when k > V, so skip top-k then (or use min(k, V)). {case}\n{error}"
+                ) from None
+            raise
+        _not_minus_inf(got, expected, case)
+        _ties_broken(got, expected, kwargs.get("top_k"), case)
+        diagnose(
+            got, expected, _filter_mistakes(logits, kwargs, expected, case), what="filtered logits", context=description
+        )
+
+
+# --------------------------------------------------------------------------- sample_next_token
+
+
+def _draw(candidate, logits, kwargs, seed):
+    return call(candidate, logits, **kwargs, generator=torch.Generator().manual_seed(seed))
+
+
+def _expect_ids(got, batch, case):
+    expect_tensor(got, what="sampled ids")
+    if tuple(got.shape) == (batch, 1):
+        raise Mistake(
+            f"your ids have shape [{batch}, 1]; the function returns {SAMPLE_NOT_SQUEEZED}, shape "
+            f"[{batch}]: torch.multinomial(probs, 1) gives [B, 1], so add .squeeze(-1). {case}"
+        )
+    expect_tensor(got, shape=(batch,), what="sampled ids")
+    if got.is_floating_point() or got.dtype == torch.bool:
+        raise Mistake(f"the sampled ids should be integers (torch.long), got {got.dtype}. {case}")
+
+
+def _frequencies(ids, rows, vocab):
+    """Share of each token among the draws of each kind of row: [kinds, vocab]."""
+    kinds = int(rows.max()) + 1
+    counts = torch.zeros(kinds, vocab, dtype=torch.float64)
+    counts.index_put_((rows, ids.long()), torch.ones(len(ids), dtype=torch.float64), accumulate=True)
+    return counts / counts.sum(dim=1, keepdim=True), counts.sum(dim=1, keepdim=True)
+
+
+def _sample_cases():
+    base = torch.tensor([[2.0, 1.0, 0.5, 0.0, -0.5, -1.0], [-1.0, 0.0, 2.5, 0.3, 1.5, -0.4]])
+    return [
+        ("temperature 1, no filter", base, dict(temperature=1.0)),
+        ("temperature 0.5", base, dict(temperature=0.5)),
+        ("temperature 1.5, top_k=3", base, dict(temperature=1.5, top_k=3)),
+        ("top_p=0.8", base, dict(temperature=1.0, top_p=0.8)),
+    ]
+
+
+@exercise(
+    "sample_next_token",
+    solution=lm.sample_next_token,
+    hints=[
+        "Filter, turn into probabilities, draw: filter_logits(logits, temperature, top_k, top_p), then "
+        ".softmax(dim=-1) (an excluded token's -inf becomes probability 0), then torch.multinomial.",
+        "`torch.multinomial(probs, num_samples=1, generator=generator)` draws one id per row, shape [B, 1]; "
+        "passing the generator makes the draw repeatable (the same seed gives the same ids).",
+        "`return torch.multinomial(filter_logits(logits, temperature, top_k, top_p).softmax(dim=-1), 1, "
+        "generator=generator).squeeze(-1)`",
+    ],
+)
+def check_sample_next_token(candidate):
+    draws = 3000  # per kind of row: a frequency is then known to about +-0.01
+    for description, base, kwargs in _sample_cases():
+        case = f"(case: {description}; logits [{2 * draws}, 6], two kinds of rows taking turns)"
+        rows = torch.arange(2 * draws) % 2
+        logits = base[rows]
+        try:
+            got = _draw(candidate, logits, kwargs, seed=0)
+        except Mistake as error:
+            if "probability tensor contains" in str(error):
+                raise Mistake(
+                    f"{SAMPLE_LOGITS_AS_PROBS} (non-negative weights), not logits: apply "
+                    f".softmax(dim=-1) to the filtered logits first. {case}\n{error}"
+                ) from None
+            raise
+        _expect_ids(got, len(logits), case)
+        again = _draw(candidate, logits, kwargs, seed=0)
+        if not torch.equal(got, again):
+            raise Mistake(
+                f"{SAMPLE_GENERATOR}: two calls with generators seeded alike gave different ids. Pass "
+                f"generator=generator to torch.multinomial, so a seed makes the sample repeatable. {case}"
+            )
+        if torch.equal(got.long(), logits.argmax(dim=-1)):
+            raise Mistake(
+                f"{SAMPLE_GREEDY} (argmax) at every row: that is greedy decoding. Draw from the "
+                f"probabilities with torch.multinomial instead. {case}"
+            )
+        if got.min() < 0 or got.max() >= logits.shape[-1]:
+            raise Mistake(f"your ids should lie in 0..{logits.shape[-1] - 1}, got {describe(got)}. {case}")
+        expected_probs = _filter_oracle(base, **kwargs).double().softmax(dim=-1)
+        frequencies, n = _frequencies(got, rows, logits.shape[-1])
+        if (frequencies[expected_probs == 0] > 0).any():
+            raise Mistake(
+                f"{SAMPLE_EXCLUDED} (probability 0 after top-k/top-p): sample from "
+                f"softmax(filter_logits(...)) with every argument passed on. {case}"
+            )
+        tolerance = 5 * (expected_probs * (1 - expected_probs) / n).sqrt() + 1e-3  # five standard errors
+        if ((frequencies - expected_probs).abs() > tolerance).any():
+            unfiltered = base.double().softmax(dim=-1)
+            if ((frequencies - unfiltered).abs() <= 5 * (unfiltered * (1 - unfiltered) / n).sqrt() + 1e-3).all():
+                raise Mistake(
+                    f"{SAMPLE_UNFILTERED}: these draws follow softmax(logits), ignoring the temperature "
+                    f"(and top-k/top-p). Sample from softmax(filter_logits(logits, temperature, top_k, "
+                    f"top_p)). {case}"
+                )
+            raise Mistake(
+                f"{SAMPLE_WRONG_FREQUENCIES} the probabilities: for the first kind of row expected about "
+                f"{[round(p, 3) for p in expected_probs[0].tolist()]}, got "
+                f"{[round(f, 3) for f in frequencies[0].tolist()]} over {draws} draws. Does filter_logits pass "
+                f"its check? {case}"
+            )
+
+
+# --------------------------------------------------------------------------- decode_with_cache
+
+
+def _decode_oracle(model, prompt, steps):
+    """Greedy decoding without a cache: the model reads the whole text at every step."""
+    tokens = prompt
+    with torch.no_grad():
+        for _ in range(steps):
+            tokens = torch.cat([tokens, model(tokens)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return tokens
+
+
+def _decode_wrong(model, prompt, steps, mistake):
+    """Greedy decoding with a cache, done wrong in one known way."""
+    layers = len(model.blocks)
+    caches = [lm.LayerCache()] * layers if mistake == "shared" else [lm.LayerCache() for _ in range(layers)]
+    tokens, new_tokens = prompt, prompt
+    with torch.no_grad():
+        for _ in range(steps):
+            if mistake == "fresh":
+                caches = [lm.LayerCache() for _ in range(layers)]
+            position = 0 if mistake == "first" else -1
+            next_token = model(new_tokens, caches)[:, position].argmax(-1, keepdim=True)
+            tokens = torch.cat([tokens, next_token], dim=1)
+            new_tokens = {"whole": tokens, "same": prompt[:, -1:]}.get(mistake, next_token)
+    return tokens
+
+
+def _decode_cases():
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(12)
+    small = lm.LanguageModel(vocab_size=11, d_model=16, num_heads=2, num_layers=2).eval()
+    torch.random.set_rng_state(torch_state)
+    trained, tokenizer = lm.load_trained_model()
+    g = generator(12)
+    return [
+        (
+            "the trained model, prompt 'Once upon a time' [1, 16]",
+            trained,
+            tokenizer.encode("Once upon a time")[None],
+            12,
+        ),
+        ("a small untrained model, prompt [2, 5]", small, torch.randint(0, 11, (2, 5), generator=g), 6),
+        ("a small untrained model, a one-token prompt [1, 1]", small, torch.tensor([[3]]), 4),
+    ]
+
+
+def _record_calls(model):
+    """Watch the model's forward calls: (number of tokens, were caches given) for each."""
+    calls = []
+
+    def hook(module, args, kwargs):
+        caches = args[1] if len(args) > 1 else kwargs.get("caches")
+        calls.append((args[0].shape[1] if args else kwargs["tokens"].shape[1], caches is not None))
+
+    return calls, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@exercise(
+    "decode_with_cache",
+    solution=lm.decode_with_cache,
+    hints=[
+        "Make one cache per block before the loop, `caches = [LayerCache() for _ in model.blocks]`. The first "
+        "call reads the whole prompt, `model(prompt, caches)`; every later call reads only the token added last.",
+        "The next token is the most probable one after the last position: `logits[:, -1].argmax(dim=-1, "
+        "keepdim=True)`, shape [B, 1]. Append it to the text with torch.cat along dim 1.",
+        "In the loop: `logits = model(new_tokens, caches)`, `next_token = logits[:, -1].argmax(-1, keepdim=True)`, "
+        "`tokens = torch.cat([tokens, next_token], dim=1)`, `new_tokens = next_token`; return tokens.",
+    ],
+)
+def check_decode_with_cache(candidate):
+    for description, model, prompt, steps in _decode_cases():
+        case = f"(case: {description}, {steps} steps)"
+        expected = _decode_oracle(model, prompt, steps)
+        calls, handle = _record_calls(model)
+        try:
+            got = call(candidate, model, prompt, steps)
+        finally:
+            handle.remove()
+        expect_tensor(got, what="tokens")
+        if tuple(got.shape) == (prompt.shape[0], steps) and torch.equal(got, expected[:, prompt.shape[1] :]):
+            raise Mistake(f"{CACHE_ONLY_NEW}: the result is [B, P + steps], the prompt first. {case}")
+        wrong = [
+            (
+                f"{CACHE_FRESH_EACH_STEP}: then each step sees only the tokens it is given. Make the caches once, "
+                f"before the loop; they fill up as the text grows. {case}",
+                "fresh",
+            ),
+            (
+                f"{CACHE_SHARED} ([LayerCache()] * layers is one object, listed {len(model.blocks)} times): each "
+                f"layer has keys and values of its own, so make one per block with a list comprehension. {case}",
+                "shared",
+            ),
+            (
+                f"{CACHE_FIRST_POSITION} (logits[:, 0]): the prediction of the next token is at the last position, "
+                f"logits[:, -1]. {case}",
+                "first",
+            ),
+            (
+                f"{CACHE_SAME_TOKEN}: after each step feed the token just chosen (new_tokens = next_token). {case}",
+                "same",
+            ),
+        ]
+        lengths = [n for n, with_cache in calls if with_cache]
+        if len(lengths) > 1 and max(lengths[1:]) > 1 and not torch.equal(got, expected):
+            raise Mistake(
+                f"{CACHE_WHOLE_TEXT_AGAIN} ({max(lengths[1:])} tokens in a later step) to a model whose caches "
+                f"already hold it, so those tokens are stored twice. After the first step give the model only the "
+                f"new token, tokens[:, -1:]. {case}"
+            )
+        diagnose(
+            got,
+            expected,
+            [(m, _decode_wrong(model, prompt, steps, w)) for m, w in wrong],
+            what="tokens",
+            atol=0,
+            rtol=0,
+            context=description,
+        )
+        if any(not with_cache for _, with_cache in calls):
+            raise Mistake(
+                f"the tokens are right, but {CACHE_NOT_USED}: the model was called without caches, "
+                f"so it read the whole text again at each step. Pass caches to model(new_tokens, "
+                f"caches) and give it only the new tokens. {case}"
+            )
+        lengths = [n for n, _ in calls]
+        if len(lengths) > 1 and max(lengths[1:]) > 1:
+            raise Mistake(
+                f"the tokens are right, but the model was given {max(lengths[1:])} tokens in a "
+                f"later step: with the cache each step after the first reads only the new token. {case}"
+            )
