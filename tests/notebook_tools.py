@@ -105,6 +105,10 @@ def execute_then_rerun_each_cell(path, inject=False, timeout=300):
         for index, cell in code:
             client.execute_cell(nbformat.v4.new_code_cell(_RESTORE), index, store_history=False)
             again = copy.deepcopy(cell)
+            # nbclient sends display updates (progress bars) to the notebook's cell at this index
+            # and to earlier displays by id: let them reach the re-run's own outputs only
+            nb.cells[index] = again
+            client._display_id_map.clear()
             error = None
             try:
                 client.execute_cell(again, index)
