@@ -39,10 +39,12 @@ def _lesson(path):
 
 
 def _stated_minutes(nb):
+    """The notebook's own time, in minutes: 'About 85 minutes' -> '85', 'About 2.5-3 hours' -> '150-180'."""
     opening = next(c.source for c in nb.cells if c.cell_type == "markdown")
-    match = re.search(r"\*\*Time[^*]*\*\*\s*About (\d+(?:-\d+)?)", opening)
-    assert match, f"the opening cell should say '**Time.** About N minutes': {opening[:200]!r}"
-    return match.group(1)
+    match = re.search(r"\*\*Time[^*]*\*\*\s*About ([\d.]+(?:-[\d.]+)?) (minutes|hours)", opening)
+    assert match, f"the opening cell should say '**Time.** About N minutes' (or hours): {opening[:200]!r}"
+    per_unit = 60 if match.group(2) == "hours" else 1
+    return "-".join(f"{float(n) * per_unit:g}" for n in match.group(1).split("-"))
 
 
 def test_readme_lesson_map_lists_every_notebook_with_its_time():
@@ -53,7 +55,8 @@ def test_readme_lesson_map_lists_every_notebook_with_its_time():
         row = rows[lesson]
         assert row[1] == f"`{path.stem}`", f"lesson {lesson}: the map names {row[1]}, the file is {path.stem}"
         minutes = _stated_minutes(nbformat.read(path, as_version=4))
-        assert row[-1] == minutes, f"lesson {lesson}: the map says {row[-1]} min, the notebook says {minutes}"
+        stated = row[-1].split(" ", 1)[0]
+        assert stated == minutes, f"lesson {lesson}: the map says {row[-1]} min, the notebook says {minutes}"
 
 
 def test_readme_exercise_table_matches_the_notebooks():

@@ -79,11 +79,6 @@ def test_a_right_answer_untouched_passes_and_nothing_is_reported():
     assert result.passed and result.message == "all checks passed. Well done!"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="check() calls tamper_guard.guarded once course_utils/exercises/__init__.py has the hook; "
-    "then remove this marker",
-)
 def test_check_itself_is_not_fooled():
     torch.equal = lambda *a, **k: True
     assert not check("causal_mask", _wrong_mask, quiet=True).passed

@@ -28,6 +28,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from course_utils import tamper_guard
 from course_utils.exercises import checking
 from course_utils.exercises.checking import (
     Mistake,
@@ -233,7 +234,7 @@ def _run(exercise_id, candidate):
 
 def check(exercise_id, candidate, quiet=False):
     """Check a candidate for an exercise; show and return a CheckResult. Never raises."""
-    result = _run(exercise_id, candidate)
+    result = tamper_guard.guarded(_run, exercise_id, candidate)  # a check cannot be forged
     if not quiet:
         _show(result, {"text/html": result._html()})
     return result
