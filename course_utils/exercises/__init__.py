@@ -269,11 +269,14 @@ def solution(exercise_id):
     return _lookup(exercise_id).solution
 
 
-def _imports_for(source, module):
+def _names_used(source):
+    return {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+
+
+def _imports_for(source, module, leave_out=()):
     """Import lines for the module-level names ``source`` uses from ``module``, so it runs when pasted."""
-    used = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
     plain, from_lines = set(), {}
-    for name in sorted(used & set(vars(module))):
+    for name in sorted(_names_used(source) & set(vars(module)) - set(leave_out)):
         obj = vars(module)[name]
         if inspect.ismodule(obj):
             plain.add(f"import {obj.__name__}" + ("" if obj.__name__ == name else f" as {name}"))
@@ -291,6 +294,29 @@ def _imports_for(source, module):
     return sorted(plain) + froms
 
 
+def _other_exercises_used(exercise_id, source, module):
+    """Names in ``source`` that are other exercises' solutions: importing them at the top of the pasted
+    cell would replace the learner's own solutions of those exercises."""
+    others = set()
+    for other_id, ex in _REGISTRY.items():
+        if other_id != exercise_id:
+            others.update({other_id, getattr(ex.solution, "__name__", None)})
+    return sorted(_names_used(source) & others & set(vars(module)))
+
+
+def _with_local_import(source, import_line):
+    """The function's source with ``import_line`` as the first statement of its body (after a docstring)."""
+    function = ast.parse(source).body[0]
+    first = function.body[0]
+    has_docstring = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant)
+    lines = source.splitlines(keepends=True)
+    at = first.end_lineno if has_docstring and len(function.body) > 1 else first.lineno - 1
+    statement = function.body[1] if has_docstring and len(function.body) > 1 else first
+    indent = lines[statement.lineno - 1][: statement.col_offset]
+    note = f"{indent}# the course's versions, here only: delete this line to use your own from the exercises above\n"
+    return "".join(lines[:at] + [note, f"{indent}{import_line}\n"] + lines[at:])
+
+
 def show_solution(exercise_id):
     """Show the reference solution (the code course_utils runs), ready to paste into the exercise cell:
     its source, preceded by the imports of everything it uses (helpers of the course included)."""
@@ -299,7 +325,11 @@ def show_solution(exercise_id):
     except KeyError as e:
         return _show(e.args[0])
     source = textwrap.dedent(inspect.getsource(sol))
-    imports = "\n".join(_imports_for(source, sys.modules[sol.__module__]))
+    module = sys.modules[sol.__module__]
+    others = _other_exercises_used(exercise_id, source, module) if inspect.isfunction(sol) else []
+    imports = "\n".join(_imports_for(source, module, leave_out=others))
+    if others:
+        source = _with_local_import(source, f"from {module.__name__} import {', '.join(others)}")
     text = f"# {sol.__module__}.{sol.__qualname__}\n" + (f"{imports}\n\n\n" if imports else "") + source
     if inspect.isfunction(sol) and exercise_id.isidentifier() and exercise_id != sol.__name__:
         # the exercise cell defines a function named like the exercise id: bind the solution to that name
