@@ -6,7 +6,7 @@
 - attention:    scaled dot-product attention, masks, multi-head attention (lessons 02-03)
 - viz:          heatmaps, head, model and neuron views (lesson 04)
 - transformer:  the encoder layer and stack (lesson 05); toy_task: its tiny training task
-- training:     the training loop every trained model of the course uses (lessons 05-05d)
+- training:     the training loop every trained model of the course uses (lessons 05-05d, 10-12)
 - long_range:   DNA hairpins, a GRU against attention, accuracy by distance (lesson 05b)
 - translation:  English->French phrases and an encoder-decoder with cross-attention (lesson 05c)
 - vision:       images as patches, a tiny Vision Transformer and a small CNN (lesson 05d)
@@ -16,7 +16,13 @@
 - modern:       grouped-query attention, RoPE, sliding windows, masks as functions (lesson 08)
 - flash:        FlashAttention forward and backward, its autograd.Function, causal block skipping (lesson 09)
 - flash_triton: the same in Triton kernels, compiled on a GPU or run by the interpreter on a CPU (lesson 09)
-- exercises:    ``check``, ``hint``, ``show_solution``
+- stories:      the course's own story corpus, generated offline (lesson 10)
+- language_model: a tiny decoder-only GPT, next-token loss, sampling, the KV cache, attention sinks (lesson 10)
+- induction:    induction heads: the attention-only model, induction scores, composition, path patching (lesson 11)
+- linear_attention: linear attention's parallel and recurrent forms, the delta rule, decoding memory (lesson 12)
+- recall:       multi-query associative recall and five one-layer models to compare on it (lesson 12)
+- exercises:    ``check``, ``hint(id, level)``, ``show_solution``; tamper_guard: the checks' comparison
+                functions kept as they were, so replacing one cannot forge a pass
 - data:         where the lessons' small data files live
 - progress, grade, doctor, bootstrap: `make progress`, `make grade`, `make doctor`, `make install`'s checks
 """
