@@ -24,7 +24,9 @@ def test_paraphrase_gap_is_the_difference_of_the_two_group_means():
     a, b = _pairs()
     labels = [1, 0, 1, 1, 0, 0]
     cos = [torch.nn.functional.cosine_similarity(a[i], b[i], dim=0).item() for i in range(6)]
-    by_hand = np.mean([c for c, y in zip(cos, labels) if y]) - np.mean([c for c, y in zip(cos, labels) if not y])
+    by_hand = np.mean([c for c, y in zip(cos, labels, strict=True) if y]) - np.mean(
+        [c for c, y in zip(cos, labels, strict=True) if not y]
+    )
     assert abs(ablation.paraphrase_gap(a, b, labels).item() - by_hand) < 1e-6
 
 
