@@ -8,7 +8,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
-.PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-browser browser execute lint lock hooks nbdime clean test-gpu gpu-benchmark gpu-wheels
+.PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-browser browser execute lint lock hooks nbdime train-lm clean test-gpu gpu-benchmark gpu-wheels
 
 install: $(STAMP)
 
@@ -122,6 +122,11 @@ lint: install
 # throw-away venv (review the diff, then `make test`; CONTRIBUTING.md)
 lock: install
 	$(PY) scripts/lock_requirements.py $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
+
+# Retrain lesson 10's language model (three seeds side by side, about 3 min of CPU each); writes
+# data/language_model_*. The other lessons' longer runs: scripts/*.py, each writing its data/ file.
+train-lm: install
+	OMP_NUM_THREADS=1 $(PY) scripts/train_language_model.py
 
 # Maintainers: the commit-msg hook (subject <= 72 characters) for this clone
 hooks:
