@@ -405,6 +405,12 @@ def generator(seed):
     return torch.Generator().manual_seed(seed)
 
 
+def randn(g, *shape, scale=1.0, dtype=torch.float32):
+    """Normal draws from generator g, made in float64 and then cast, so every dtype's case holds the
+    same numbers (up to rounding)."""
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+
 def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e-4, context="", nonfinite_advice=None):
     """Pass if ``got`` matches ``expected``; otherwise name the mistake it matches.
 

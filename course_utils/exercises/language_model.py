@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from course_utils import language_model as lm
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, close, describe, diagnose, expect_tensor, generator
+from course_utils.exercises.checking import Mistake, call, close, describe, diagnose, expect_tensor, generator, randn
 
 # Distinctive phrases, one per mistake (the tests look for them).
 LOSS_NO_SHIFT = "you compared each position with its own token"
@@ -56,10 +56,6 @@ CACHE_SHARED = "every layer shares one cache"
 CACHE_FIRST_POSITION = "you read the prediction of the first position"
 CACHE_SAME_TOKEN = "you fed the same token at every step"
 CACHE_ONLY_NEW = "return the prompt and the new tokens"
-
-
-def _randn(g, *shape, scale=1.0, dtype=torch.float32):
-    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
 
 
 # --------------------------------------------------------------------------- next_token_loss
@@ -138,7 +134,7 @@ def _loss_cases():
         ("logits [4, 2, 3], the shortest text: one prediction per row", (4, 2, 3), 1.0, torch.float32),
     ]:
         tokens = torch.randint(0, shape[-1], shape[:2], generator=g)
-        cases.append((description, _randn(g, *shape, scale=scale, dtype=dtype), tokens))
+        cases.append((description, randn(g, *shape, scale=scale, dtype=dtype), tokens))
     return cases
 
 
@@ -258,23 +254,23 @@ def _filter_cases():
     # temperature 1, the third at temperature 2; all cumulative sums stay clear of p
     nucleus = torch.tensor([[2.0, 1.4, 0.9, 0.4, -0.2], [-0.2, 0.4, 2.0, 0.9, 1.4]])
     return [
-        ("temperature 0.5 only, logits [2, 6]", _randn(g, 2, 6, scale=2.0), dict(temperature=0.5)),
-        ("temperature 3.0 only, logits [7], float64", _randn(g, 7, dtype=torch.float64), dict(temperature=3.0)),
-        ("top_k=3, logits [3, 8]", _randn(g, 3, 8), dict(top_k=3)),
+        ("temperature 0.5 only, logits [2, 6]", randn(g, 2, 6, scale=2.0), dict(temperature=0.5)),
+        ("temperature 3.0 only, logits [7], float64", randn(g, 7, dtype=torch.float64), dict(temperature=3.0)),
+        ("top_k=3, logits [3, 8]", randn(g, 3, 8), dict(top_k=3)),
         ("top_k=2 with ties for the largest", ties, dict(top_k=2)),
-        ("top_k=10 with only 6 tokens", _randn(g, 2, 6), dict(top_k=10)),
+        ("top_k=10 with only 6 tokens", randn(g, 2, 6), dict(top_k=10)),
         ("top_p=0.7", nucleus, dict(top_p=0.7)),
         ("top_p=0.7, temperature 2.0", nucleus, dict(temperature=2.0, top_p=0.7)),
-        ("top_p=0.01: only the most probable token reaches it", _randn(g, 3, 9), dict(top_p=0.01)),
-        ("top_p=1.0: every token kept", _randn(g, 2, 5), dict(top_p=1.0)),
+        ("top_p=0.01: only the most probable token reaches it", randn(g, 3, 9), dict(top_p=0.01)),
+        ("top_p=1.0: every token kept", randn(g, 2, 5), dict(top_p=1.0)),
         (
             "top_p=0.8 on logits [2, 3, 10] (a batch of texts), temperature 0.7",
-            _randn(g, 2, 3, 10, scale=2.0),
+            randn(g, 2, 3, 10, scale=2.0),
             dict(temperature=0.7, top_p=0.8),
         ),
         (
             "top_k=4 then top_p=0.5, temperature 1.5",
-            _randn(g, 4, 12, scale=2.0),
+            randn(g, 4, 12, scale=2.0),
             dict(temperature=1.5, top_k=4, top_p=0.5),
         ),
     ]

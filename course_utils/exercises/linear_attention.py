@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from course_utils import linear_attention, recall
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator, randn
 
 # Distinctive phrases, one per mistake (the tests look for them).
 LA_NO_NORMALISER = "there is no normaliser"
@@ -38,10 +38,6 @@ RS_TARGET_IS_KEY = "the target is the key"
 RS_SWAPPED_IDS = "key and value ids are swapped"
 RS_QUERIES_FIRST = "the queries come before the pairs"
 RS_NOT_A_PAIR = "return a pair (tokens, targets)"
-
-
-def _randn(g, *shape, scale=1.0, dtype=torch.float32):
-    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
 
 
 # --------------------------------------------------------------------------- linear attention
@@ -70,21 +66,21 @@ def _linear_oracle(q, k, v, **variant):
 def _linear_cases():
     g = generator(12)
     return [
-        ("q, k [2, 6, 4], v [2, 6, 3]", _randn(g, 2, 6, 4), _randn(g, 2, 6, 4), _randn(g, 2, 6, 3)),
-        ("q, k [7, 5], v [7, 2] (no batch axis)", _randn(g, 7, 5), _randn(g, 7, 5), _randn(g, 7, 2)),
+        ("q, k [2, 6, 4], v [2, 6, 3]", randn(g, 2, 6, 4), randn(g, 2, 6, 4), randn(g, 2, 6, 3)),
+        ("q, k [7, 5], v [7, 2] (no batch axis)", randn(g, 7, 5), randn(g, 7, 5), randn(g, 7, 2)),
         (
             "q, k [2, 3, 8, 4], v [2, 3, 8, 6], float64",
-            _randn(g, 2, 3, 8, 4, dtype=torch.float64),
-            _randn(g, 2, 3, 8, 4, dtype=torch.float64),
-            _randn(g, 2, 3, 8, 6, dtype=torch.float64),
+            randn(g, 2, 3, 8, 4, dtype=torch.float64),
+            randn(g, 2, 3, 8, 4, dtype=torch.float64),
+            randn(g, 2, 3, 8, 6, dtype=torch.float64),
         ),
         (
             "q, k [1, 9, 3] scaled by 4 (large inputs)",
-            _randn(g, 1, 9, 3, scale=4),
-            _randn(g, 1, 9, 3, scale=4),
-            _randn(g, 1, 9, 2),
+            randn(g, 1, 9, 3, scale=4),
+            randn(g, 1, 9, 3, scale=4),
+            randn(g, 1, 9, 2),
         ),  # fmt: skip
-        ("one token: q, k [1, 1, 4], v [1, 1, 3]", _randn(g, 1, 1, 4), _randn(g, 1, 1, 4), _randn(g, 1, 1, 3)),
+        ("one token: q, k [1, 1, 4], v [1, 1, 3]", randn(g, 1, 1, 4), randn(g, 1, 1, 4), randn(g, 1, 1, 3)),
     ]
 
 
@@ -205,10 +201,10 @@ def _delta_cases():
     g = generator(21)
 
     def case(description, *shape, d_v, dtype=torch.float32, repeat=False):
-        q, k = _randn(g, *shape, dtype=dtype), _randn(g, *shape, dtype=dtype)
+        q, k = randn(g, *shape, dtype=dtype), randn(g, *shape, dtype=dtype)
         if repeat:  # a key written twice: the delta rule replaces its value, the additive rule adds to it
             k = torch.cat([k[..., :2, :], k[..., :1, :] * 2, k[..., 3:, :]], dim=-2)
-        v = _randn(g, *shape[:-1], d_v, dtype=dtype)
+        v = randn(g, *shape[:-1], d_v, dtype=dtype)
         beta = (torch.rand(*shape[:-1], generator=g, dtype=torch.float64) * 0.8 + 0.1).to(dtype)
         return description, q, k, v, beta
 
