@@ -66,6 +66,8 @@ for _id, _name in {items!r}:
     _r = _guard_{token}.guarded(_grade_check, _id, globals()[_name], quiet=True)
     _grades[_id] = (_r.status, _r.message)
 _replaced_{token} += [n for n in _restore_{token}() if n not in _replaced_{token}]
+# the learner's own check cells put the originals back too (check() is guarded): count those as well
+_replaced_{token} += [n for n in _guard_{token}.EVER_REPLACED if n not in _replaced_{token}]
 print("{marker}" + _json.dumps({{"grades": _grades, "replaced": _replaced_{token}}}))
 """
 

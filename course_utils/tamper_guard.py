@@ -119,6 +119,9 @@ def _restore_tensor():
     return replaced
 
 
+EVER_REPLACED = []  # every name restore() has put back in this process: the grader reports them all
+
+
 def restore():
     """Put back every replaced function the checks depend on; return the names that had been replaced."""
     replaced = []
@@ -136,7 +139,9 @@ def restore():
             continue
         replaced.append(f"{where}.{name}")
         setattr(namespace, name, original)
-    return replaced + _restore_tensor()
+    replaced += _restore_tensor()
+    EVER_REPLACED.extend(name for name in replaced if name not in EVER_REPLACED)
+    return replaced
 
 
 def message(replaced):
