@@ -65,13 +65,13 @@ def select(items, lesson):
     def names_lesson(item):
         return any(token in item.nodeid for token in tokens)
 
-    def parametrized_elsewhere(item):
-        # a file that tests every exercise or notebook keeps only this lesson's cases
-        siblings = [i for i in items if i.path == item.path and "[" in i.nodeid]
-        return "[" in item.nodeid and any(names_lesson(i) for i in siblings) and not names_lesson(item)
+    # a file that tests every exercise or notebook (parametrized by them) keeps only this lesson's cases
+    files_with_lesson_cases = {Path(i.path) for i in items if "[" in i.nodeid and names_lesson(i)}
 
     kept, dropped = [], []
     for item in items:
-        wanted = Path(item.path) == notebook or names_lesson(item) or Path(item.path) in files
-        (kept if wanted and not parametrized_elsewhere(item) else dropped).append(item)
+        path = Path(item.path)
+        wanted = path == notebook or names_lesson(item) or path in files
+        other_lessons_case = "[" in item.nodeid and path in files_with_lesson_cases and not names_lesson(item)
+        (kept if wanted and not other_lessons_case else dropped).append(item)
     return kept, dropped
