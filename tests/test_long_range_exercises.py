@@ -231,10 +231,7 @@ def gradients_with(mistake):
 
 @pytest.mark.parametrize("mistake", GRADIENT_MISTAKES)
 def test_each_gradient_mistake_is_named(mistake):
-    def candidate(layer, inputs, distances, probe):
-        return learner_gradients(layer, inputs, distances, probe, mistake)
-
-    assert_caught("gradient_by_distance", candidate, GRADIENT_MISTAKES[mistake])
+    assert_caught("gradient_by_distance", gradients_with(mistake), GRADIENT_MISTAKES[mistake])
 
 
 def test_each_gradient_message_names_only_its_mistake():

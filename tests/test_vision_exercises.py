@@ -248,10 +248,7 @@ def occlude_with(mistake):
 
 @pytest.mark.parametrize("mistake", OCCLUSION_MISTAKES)
 def test_each_occlusion_mistake_is_named(mistake):
-    def candidate(images, which, patch_size, background):
-        return learner_occlude(images, which, patch_size, background, mistake)
-
-    assert_caught("occlude_patches", candidate, OCCLUSION_MISTAKES[mistake])
+    assert_caught("occlude_patches", occlude_with(mistake), OCCLUSION_MISTAKES[mistake])
 
 
 def test_each_occlusion_message_names_only_its_mistake():
