@@ -1,7 +1,7 @@
 """Scaled dot-product attention, masks and multi-head attention.
 
 These are the course's reference implementations and the worked solutions of
-lessons 02 and 03. Names follow the seeds: ``split_heads``, ``compute_attention``,
+lessons 01 (``attention_scores``), 02 and 03. Names follow the seeds: ``split_heads``, ``compute_attention``,
 ``combine_heads``, ``query_linear`` ...
 
 Mask convention (as in the seeds' ``masked_fill(mask == 0, ...)``):
@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 
 __all__ = [
+    "attention_scores",
     "scaled_dot_product_attention",
     "causal_mask",
     "padding_mask",
@@ -171,6 +172,15 @@ def _combine_masks(mask, key_padding_mask, scores_shape, device):
 
 
 # ---------------------------------------------------------------- attention
+
+
+def attention_scores(queries, keys):
+    """scores[..., i, j] = queries[..., i, :] . keys[..., j, :]  ->  [..., L_q, L_k].
+
+    transpose(-2, -1) swaps the last two axes only, so the same line works for
+    one sentence [L, d], a batch [B, L, d] and heads [B, H, L, d].
+    """
+    return queries @ keys.transpose(-2, -1)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, key_padding_mask=None):

@@ -2,6 +2,8 @@
 
 - ``flash_attention_forward``: the tiled forward pass of lesson 07, query blocks outer
   (FlashAttention-2), that also returns each query's logsumexp L = log sum_j exp(S_ij).
+- ``running_logsumexp``: that logsumexp alone, from a list of score blocks, with a running
+  maximum and a running sum (lesson 09's first exercise).
 - ``flash_attention_backward``: dQ, dK, dV by recomputing each block of probabilities
   P = exp(S - L) from the saved logsumexp, key blocks outer.
 - ``flash_attention``: the two joined in a ``torch.autograd.Function`` that saves only
@@ -31,6 +33,7 @@ from course_utils.efficient import NEG_INF, _cpu_peak_memory, _device_of, _safe_
 
 __all__ = [
     "flash_attention_forward",
+    "running_logsumexp",
     "flash_attention_backward",
     "block_backward",
     "flash_attention",
@@ -124,6 +127,26 @@ def causal_block_counts(L_q, L_k, block_size):
 
 
 # ---------------------------------------------------------------- forward
+
+
+def running_logsumexp(score_blocks):
+    """The natural-log logsumexp of each query's scores, reading one block of keys at a time.
+
+    score_blocks: a list of tensors [..., L_q, B_k], the scores of all queries against one block
+    of keys each, left to right (the last block may be narrower). Returns lse [..., L_q].
+    Each row's first block must hold a finite score (with a causal mask key 0 always does).
+    """
+    if len(score_blocks) == 0:
+        raise ValueError("score_blocks must hold at least one block of scores [..., L_q, B_k]")
+    first = score_blocks[0]
+    running_max = first.new_full(first.shape[:-1], float("-inf"))  # m, per query: nothing seen yet
+    running_sum = first.new_zeros(first.shape[:-1])  # l = sum of exp(s - m), per query
+    for s in score_blocks:
+        new_max = torch.maximum(running_max, s.amax(dim=-1))
+        # the old sum was measured against the old maximum: rescale it, then add this block
+        running_sum = running_sum * torch.exp(running_max - new_max) + torch.exp(s - new_max[..., None]).sum(dim=-1)
+        running_max = new_max
+    return running_max + torch.log(running_sum)  # log(sum exp(s)) = m + log(sum exp(s - m)), natural log
 
 
 def flash_attention_forward(q, k, v, causal=False, block_size=64, skip_masked_blocks=True):

@@ -14,6 +14,9 @@ the average weight a query puts on the keys the pattern names.
 
 A score of 1 means every query puts all its weight on that pattern; a head that
 spreads its weight evenly over n tokens scores about 1/n.
+
+``attention_entropy`` (lesson 04) measures how focused a head is rather than where it
+looks: each query row's entropy in nats, averaged over the queries, one number per head.
 """
 
 import string
@@ -28,6 +31,7 @@ __all__ = [
     "sep_score",
     "punctuation_score",
     "same_word_score",
+    "attention_entropy",
     "is_punctuation",
     "PATTERNS",
     "score_heads",
@@ -157,6 +161,19 @@ PATTERNS = {
     "punctuation": punctuation_score,
     "same word": same_word_score,
 }
+
+
+def attention_entropy(weights):
+    """How spread out each head's attention is: each query row's entropy, averaged over the queries.
+
+    weights: [..., q, k] attention weights, each row summing to 1 (e.g. [heads, q, k] or
+    [layers, heads, q, k]). Returns [...] in nats: 0 when every query puts all its weight
+    on one key, ln(k) when every query spreads evenly over k keys.
+    """
+    # H(row) = -sum_j w_j ln w_j; a masked key has w_j = 0 and contributes 0 (0 * ln 0 = 0),
+    # which torch.xlogy(w, w) = w * ln(w) computes without the NaN of 0 * -inf
+    per_query = -torch.xlogy(weights, weights).sum(dim=-1)  # [..., q]
+    return per_query.mean(dim=-1)
 
 
 def score_heads(attn, tokens, patterns=None):

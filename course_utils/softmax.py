@@ -1,14 +1,18 @@
-"""Numerically stable softmax (lesson 02).
+"""Numerically stable softmax (lesson 02), and the plain normalisation of lesson 00.
 
 softmax(x)_i = exp(x_i) / sum_j exp(x_j) is unchanged when the same number is
 subtracted from every x_j. Subtracting the row's maximum makes the largest
 exponent exp(0) = 1, so exp() can neither overflow (exp(1000) = inf in float32)
 nor make the whole row underflow to 0/0. ``torch.softmax`` does the same inside.
+
+``normalise_scores`` is lesson 00's warm-up: scores that are already non-negative
+become weights that sum to 1 by dividing by their total (softmax first makes them
+positive with exp).
 """
 
 import torch
 
-__all__ = ["stable_softmax", "naive_softmax"]
+__all__ = ["stable_softmax", "naive_softmax", "normalise_scores"]
 
 
 def _check(x):
@@ -17,6 +21,11 @@ def _check(x):
         raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {type(x).__name__}: use {fix}")
     if not x.is_floating_point():
         raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {x.dtype}: use x.float()")
+
+
+def normalise_scores(scores):
+    """Divide each score by the total, so the weights sum to 1 along the last axis."""
+    return scores / scores.sum(dim=-1, keepdim=True)
 
 
 def naive_softmax(x, dim=-1):

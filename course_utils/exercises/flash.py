@@ -7,10 +7,10 @@
   (query block i, key block j) pair adds to the gradients, with the block of probabilities
   recomputed from the saved logsumexp, P_ij = exp(S_ij - lse_i).
 
-The two functions below are the solutions (``show_solution`` prints them). The expected
-answers come from independent oracles: ``torch.logsumexp`` over the whole row in float64,
-and slices of the full softmax matrix and its gradient in float64 (the tests check that
-the blocks add up to autograd's gradients).
+The solutions are the functions of these names in ``course_utils.flash`` (``show_solution``
+prints them). The expected answers come from independent oracles: ``torch.logsumexp`` over
+the whole row in float64, and slices of the full softmax matrix and its gradient in float64
+(the tests check that the blocks add up to autograd's gradients).
 
 Each known mistake is recomputed on the same inputs (``_lse_variant``, ``_block_variant``)
 and named when the learner's output matches it. Whether the learner really reads one
@@ -35,7 +35,7 @@ from course_utils.exercises.checking import (
     generator,
 )
 from course_utils.exercises.efficient import _REDUCTIONS, _watch
-from course_utils.flash import block_backward
+from course_utils.flash import block_backward, running_logsumexp
 
 __all__ = ["running_logsumexp", "block_backward"]
 
@@ -80,29 +80,6 @@ BB_NOT_THREE = "return three tensors"
 BB_ONLY_UNBATCHED = "works on 2-D blocks but not on batched ones"
 
 NEG_INF = float("-inf")
-
-
-# --------------------------------------------------------------------------- the solutions
-
-
-def running_logsumexp(score_blocks):
-    """The natural-log logsumexp of each query's scores, reading one block of keys at a time.
-
-    score_blocks: a list of tensors [..., L_q, B_k], the scores of all queries against one block
-    of keys each, left to right (the last block may be narrower). Returns lse [..., L_q].
-    Each row's first block must hold a finite score (with a causal mask key 0 always does).
-    """
-    if len(score_blocks) == 0:
-        raise ValueError("score_blocks must hold at least one block of scores [..., L_q, B_k]")
-    first = score_blocks[0]
-    running_max = first.new_full(first.shape[:-1], float("-inf"))  # m, per query: nothing seen yet
-    running_sum = first.new_zeros(first.shape[:-1])  # l = sum of exp(s - m), per query
-    for s in score_blocks:
-        new_max = torch.maximum(running_max, s.amax(dim=-1))
-        # the old sum was measured against the old maximum: rescale it, then add this block
-        running_sum = running_sum * torch.exp(running_max - new_max) + torch.exp(s - new_max[..., None]).sum(dim=-1)
-        running_max = new_max
-    return running_max + torch.log(running_sum)  # log(sum exp(s)) = m + log(sum exp(s - m)), natural log
 
 
 # --------------------------------------------------------------------------- running_logsumexp

@@ -2,18 +2,9 @@
 
 import torch
 
+from course_utils.attention import attention_scores
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import Mistake, NotAttempted, call, close, describe, expect_tensor, generator
-
-
-def attention_scores(queries, keys):
-    """scores[..., i, j] = queries[..., i, :] . keys[..., j, :]  ->  [..., L_q, L_k].
-
-    transpose(-2, -1) swaps the last two axes only, so the same line works for
-    one sentence [L, d], a batch [B, L, d] and heads [B, H, L, d].
-    """
-    return queries @ keys.transpose(-2, -1)
-
 
 MISSING_TRANSPOSE = "you multiplied queries @ keys without transposing the keys"
 KEYS_FIRST = "you computed keys @ queries^T: that is the transposed score matrix"

@@ -6,7 +6,7 @@ over all queries. The reference is ``course_utils.viz.most_attended_tokens``.
 
 ``attention_entropy``: the candidate is ``fn(weights) -> Tensor``: weights ``[..., q, k]``,
 the entropy of each query's row (in nats, 0 * ln 0 = 0) averaged over the queries, one
-number per head. The reference, ``attention_entropy``, is defined here.
+number per head. The reference is ``course_utils.head_scores.attention_entropy``.
 """
 
 import math
@@ -23,6 +23,7 @@ from course_utils.exercises.checking import (
     expect_tensor,
     generator,
 )
+from course_utils.head_scores import attention_entropy
 from course_utils.viz import most_attended_tokens
 
 TOKENS = ["Orange", "is", "my", "favorite", "fruit"]
@@ -129,19 +130,6 @@ def check_most_attended_tokens(candidate):
 
 # ----------------------------------------------------------------------------------------------
 # attention_entropy
-
-
-def attention_entropy(weights):
-    """How spread out each head's attention is: each query row's entropy, averaged over the queries.
-
-    weights: [..., q, k] attention weights, each row summing to 1 (e.g. [heads, q, k] or
-    [layers, heads, q, k]). Returns [...] in nats: 0 when every query puts all its weight
-    on one key, ln(k) when every query spreads evenly over k keys.
-    """
-    # H(row) = -sum_j w_j ln w_j; a masked key has w_j = 0 and contributes 0 (0 * ln 0 = 0),
-    # which torch.xlogy(w, w) = w * ln(w) computes without the NaN of 0 * -inf
-    per_query = -torch.xlogy(weights, weights).sum(dim=-1)  # [..., q]
-    return per_query.mean(dim=-1)
 
 
 def _entropy_cases():
