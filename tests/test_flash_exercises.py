@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import flash as ex
 from tests.exercise_asserts import assert_caught, assert_passes
 from tests.test_exercise_unusual_outputs import RIGHT, WRONG
@@ -300,7 +300,7 @@ def test_learner_written_block_backward_passes():
         (dict(order="kqv"), ex.BB_ORDER),
         (dict(order="two"), ex.BB_NOT_THREE),
         (dict(order="dk.T"), ex.BB_TRANSPOSED_RESULT),
-        (dict(use_dot_t=True), ex.BB_ONLY_UNBATCHED),
+        (dict(use_dot_t=True), checking.ONLY_UNBATCHED),
     ],
     ids=lambda p: str(p)[:40],
 )

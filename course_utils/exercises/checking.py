@@ -8,6 +8,7 @@ exception that reaches ``check`` some other way comes from the checker itself.
 """
 
 import contextlib
+import functools
 import inspect
 import random
 import signal
@@ -15,8 +16,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 __all__ = [
     "Mistake",
@@ -28,6 +31,12 @@ __all__ = [
     "explain_exception",
     "expect_tensor",
     "diagnose",
+    "diagnose_batching",
+    "ONLY_UNBATCHED",
+    "ONLY_BATCHED",
+    "REDUCTIONS",
+    "TorchCall",
+    "torch_calls",
     "first_difference",
     "describe",
     "describe_arguments",
@@ -379,22 +388,27 @@ def expect_plain(got, device, what="output"):
 LOW_PRECISION_TOLERANCE = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}
 
 
-def expect_same_dtype(got, dtype, what="output", context=""):
+_DTYPE_ADVICE = (
+    "Something in your code made a tensor of another dtype (torch.tensor(...), torch.zeros(...) without dtype=, "
+    ".float()) and PyTorch promoted the result to it: make new tensors with dtype=x.dtype (or torch.zeros_like(x))."
+)
+
+
+def expect_same_dtype(got, dtype, what="output", context="", advice=_DTYPE_ADVICE):
     """The candidate's result keeps the input's dtype (a float64 result of float32 input is diagnose's to name)."""
     if not isinstance(got, torch.Tensor) or got.dtype == dtype or (dtype, got.dtype) == (torch.float32, torch.float64):
         return
     where = f" ({context})" if context else ""
-    raise Mistake(
-        f"the {what} should keep the input's dtype {dtype}, but it is {got.dtype}{where}. Something in your "
-        f"code made a tensor of another dtype (torch.tensor(...), torch.zeros(...) without dtype=, .float()) "
-        f"and PyTorch promoted the result to it: make new tensors with dtype=x.dtype (or torch.zeros_like(x))."
-    )
+    raise Mistake(f"the {what} should keep the input's dtype {dtype}, but it is {got.dtype}{where}. {advice}")
 
 
 def close(a, b, atol=1e-5, rtol=1e-4):
-    """True if ``a`` is a tensor of ``b``'s shape with the same values (NaN equals NaN), whatever the dtypes."""
+    """True if ``a`` is a dense tensor of ``b``'s shape, on its device, with the same values (NaN equals NaN),
+    whatever the dtypes. Anything else is never close, so a comparison cannot fail inside the checker."""
     return (
         isinstance(a, torch.Tensor)
+        and a.layout == torch.strided
+        and a.device == b.device
         and a.shape == b.shape
         and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
     )
@@ -422,6 +436,7 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
     if isinstance(got, torch.Tensor) and (expected.dtype, got.dtype) == (torch.float32, torch.float64):
         raise Mistake(_float64_message(f"({context})" if context else ""))
     expect_tensor(got, expected.shape, what=what)
+    expect_plain(got, expected.device, f"{what}{where}")
     if close(got, expected, atol, rtol):
         return
     for message, wrong in known_mistakes:
@@ -462,6 +477,88 @@ def first_difference(got, expected, atol=1e-5, rtol=1e-4):
         f"expected: {values(e)}\n"
         f"got:      {values(g)}"
     )
+
+
+# --------------------------------------------------------------------------- right on one sample, not on a batch
+
+# The phrases for code that only works unbatched, or only batched (the tests look for them)
+ONLY_UNBATCHED = "works on a single sample but not on a batch of several"
+ONLY_BATCHED = "counts axes from the front, so it fails on a single unbatched sample"
+
+
+def diagnose_batching(batched, right_the_other_way, description, advice, detail=""):
+    """Name a failure that goes away when the same numbers come batched the other way; else return.
+
+    batched: whether the failed case has batch axes. right_the_other_way: a function, True if the
+    candidate is right on one sample of the case on its own (batched) or on the case as a batch of
+    one (not batched). It is called only here, as a probe costs a call of learner code."""
+    if not right_the_other_way():
+        return
+    phrase = ONLY_UNBATCHED if batched else ONLY_BATCHED
+    raise Mistake(f"your code {phrase} ({description}). {advice}" + (f"\n{detail}" if detail else ""))
+
+
+# --------------------------------------------------------------------------- watching the torch calls of learner code
+
+# Functions that reduce along an axis: one over more than a block shows the code did not go block by block
+REDUCTIONS = {
+    "max",
+    "amax",
+    "sum",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "_softmax",
+    "mean",
+    "cumsum",
+    "cummax",
+    "nansum",
+}
+
+
+class TorchCall(NamedTuple):
+    name: str  # the torch function or tensor method
+    first_shape: tuple | None  # the shape of its first tensor argument
+    out_shapes: list  # the shapes of the tensors it returned
+    inputs: tuple  # id() of every tensor it read, also inside list arguments
+
+
+class _Watch(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        read = [t for a in (*args, *kwargs.values()) for t in (a if isinstance(a, (list, tuple)) else (a,))]
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        self.calls.append(
+            TorchCall(
+                getattr(func, "__name__", str(func)),
+                tuple(first.shape) if first is not None else None,
+                [tuple(o.shape) for o in outs if isinstance(o, torch.Tensor)],
+                tuple(id(t) for t in read if isinstance(t, torch.Tensor)),
+            )
+        )
+        return out
+
+
+def torch_calls(candidate, *args):
+    """Run the candidate through ``call``; the torch calls its own code made, in order (TorchCall records).
+
+    How a result was computed shows what the numbers cannot: a reduction over the whole row, or
+    a tensor as wide as all the keys, in code that should go block by block."""
+    watch = _Watch()
+
+    @functools.wraps(candidate)
+    def watched(*args, **kwargs):  # only the candidate's own calls count (not `call` copying its arguments)
+        with watch:
+            return candidate(*args, **kwargs)
+
+    call(watched, *args)
+    return watch.calls
 
 
 # --------------------------------------------------------------------------- guarding the learner's session

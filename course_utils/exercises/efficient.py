@@ -8,24 +8,25 @@ float64 in one piece.
 Each known mistake is recomputed on the same inputs (``_online_softmax_variant``,
 ``_tiled_variant``) and named when the learner's output matches it. Whether the
 learner really works block by block is checked by watching the tensors their
-code creates (a ``TorchFunctionMode`` records every torch call): a reduction over
+code creates (``checking.torch_calls`` records every torch call): a reduction over
 the whole row, or a tensor as wide as all the keys, gives the trick away.
 """
 
 import math
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from course_utils.efficient import online_softmax, tiled_attention
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import (
+    REDUCTIONS,
     Mistake,
     call,
     diagnose,
-    expect_plain,
+    expect_same_dtype,
     expect_tensor,
     generator,
+    torch_calls,
 )
 
 # Distinctive phrases, one per mistake (the tests look for them).
@@ -56,49 +57,6 @@ T_FULL_MATRIX = "you built the full [L_q, L_k] score matrix"
 T_WIDE_BLOCKS = "your blocks of keys are wider than block_size"
 T_BUILTIN = "you called PyTorch's scaled_dot_product_attention"
 T_SHARED_MAX = "you kept one running maximum shared by all queries"
-
-_REDUCTIONS = {
-    "max",
-    "amax",
-    "sum",
-    "logsumexp",
-    "softmax",
-    "log_softmax",
-    "_softmax",
-    "mean",
-    "cumsum",
-    "cummax",
-    "nansum",
-}
-
-
-class _TensorWatch(TorchFunctionMode):
-    """Records (function name, shape of its first tensor input, shapes of its tensor outputs) of every torch call."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = getattr(func, "__name__", str(func))
-        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        self.calls.append(
-            (
-                name,
-                tuple(first.shape) if first is not None else None,
-                [tuple(o.shape) for o in outs if isinstance(o, torch.Tensor)],
-            )
-        )
-        return out
-
-
-def _watch(candidate, *args):
-    watch = _TensorWatch()
-    with watch:
-        call(candidate, *args)
-    return watch.calls
 
 
 # --------------------------------------------------------------------------- online_softmax
@@ -241,8 +199,8 @@ def _check_online_softmax_blocks(candidate):
     """The candidate must not reduce over more than block_size entries at once."""
     # 5 blocks: stacking per-block results stays <= 8 wide
     x, block_size = torch.randn(3, 37, generator=generator(11)), 8
-    for name, shape, _ in _watch(candidate, x, block_size):
-        if name in _REDUCTIONS and shape and shape[-1] > block_size:
+    for name, shape, _, _ in torch_calls(candidate, x, block_size):
+        if name in REDUCTIONS and shape and shape[-1] > block_size:
             if shape[-1] == x.shape[-1]:
                 raise Mistake(
                     f"{OS_WHOLE_ROW} ({name} of a tensor of shape {shape}): the result is right, but online "
@@ -273,9 +231,7 @@ def check_online_softmax(candidate):
         expected = torch.softmax(x.double(), dim=-1).to(x.dtype)  # the oracle: PyTorch's softmax
         got = call(candidate, x, block_size)
         expect_tensor(got, expected.shape, what=f"result for {description}")
-        if got.dtype != x.dtype:
-            raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
-        expect_plain(got, x.device, f"result for {description}")
+        expect_same_dtype(got, x.dtype, "result", description)
         atol, rtol = _LOW_PRECISION_TOLERANCE.get(x.dtype, (1e-5, 1e-4))
         diagnose(
             got,
@@ -467,7 +423,7 @@ def _check_tiled_blocks(candidate):
         torch.randn(2, 3, n_k, d, generator=g),
         torch.randn(2, 3, n_k, d_v, generator=g),
     )
-    for name, _, shapes in _watch(candidate, q, k, v, block_size):
+    for name, _, shapes, _ in torch_calls(candidate, q, k, v, block_size):
         if "scaled_dot_product_attention" in name:
             raise Mistake(
                 f"{T_BUILTIN}: it is exact and fast, but the exercise is to write the blockwise loop yourself."
@@ -512,9 +468,7 @@ def check_tiled_attention(candidate):
         expected = _attention_oracle(q, k, v)
         got = call(candidate, q, k, v, block_size)
         expect_tensor(got, expected.shape, what=f"output for {description}")
-        if got.dtype != q.dtype:
-            raise Mistake(f"the output should keep the input's dtype {q.dtype}, but it is {got.dtype} ({description}).")
-        expect_plain(got, q.device, f"output for {description}")
+        expect_same_dtype(got, q.dtype, "output", description)
         # large scores: float32 rounding of scores ~100 moves the weights by ~1e-5 relative
         atol, rtol = _LOW_PRECISION_TOLERANCE.get(q.dtype, (1e-4 if q.abs().max() > 10 else 1e-5, 1e-4))
         diagnose(

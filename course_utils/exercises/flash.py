@@ -17,24 +17,25 @@ and named when the learner's output matches it. Whether the learner really reads
 block at a time is checked by watching the tensors their code creates, as in lesson 07.
 """
 
-import functools
 import math
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from course_utils.exercises import exercise
 from course_utils.exercises.attention_basics import MAX_IS_A_PAIR
 from course_utils.exercises.checking import (
+    REDUCTIONS,
     Mistake,
     call,
     close,
     diagnose,
+    diagnose_batching,
     expect_plain,
+    expect_same_dtype,
     expect_tensor,
     generator,
+    torch_calls,
 )
-from course_utils.exercises.efficient import _REDUCTIONS, _watch
 from course_utils.flash import block_backward, running_logsumexp
 
 __all__ = ["running_logsumexp", "block_backward"]
@@ -77,7 +78,9 @@ BB_LSE_UNSQUEEZED = "lse_i must be subtracted row by row"
 BB_TRANSPOSED_RESULT = "is transposed"
 BB_ORDER = "in the order (dq_i, dk_j, dv_j)"
 BB_NOT_THREE = "return three tensors"
-BB_ONLY_UNBATCHED = "works on 2-D blocks but not on batched ones"
+_BB_BATCH_ADVICE = (
+    "`.T` reverses all axes of a batched tensor; `.transpose(-2, -1)` (or `.mT`) swaps only the last two."
+)
 
 NEG_INF = float("-inf")
 
@@ -286,31 +289,15 @@ def _check_lse_blocks(candidate):
     """The candidate must not gather the blocks into whole rows (torch.cat, then one logsumexp)."""
     widths = (6, 6, 6, 6, 3)
     blocks = list(torch.randn(2, 5, sum(widths), generator=generator(15)).split(widths, dim=-1))
-    for name, shape, shapes in _watch(candidate, blocks):
+    for name, shape, shapes, _ in torch_calls(candidate, blocks):
         wide = [s for s in shapes if s and s[-1] > max(widths)]
-        if wide or (name in _REDUCTIONS and shape and shape[-1] > max(widths)):
+        if wide or (name in REDUCTIONS and shape and shape[-1] > max(widths)):
             raise Mistake(
                 f"{LSE_WHOLE_ROW} ({name} made or reduced a tensor {wide[0] if wide else shape} wider than one "
                 f"block of {max(widths)} keys): the result is right, but in FlashAttention the blocks of scores "
                 f"are computed one at a time and never all held at once. Keep a running max m and sum l, "
                 f"updated block by block."
             )
-
-
-class _BlockReads(TorchFunctionMode):
-    """Records which block each torch operation reads (by the identity of the block tensors)."""
-
-    def __init__(self, blocks):
-        super().__init__()
-        self.index = {id(b): i for i, b in enumerate(blocks)}
-        self.reads = []  # block indices, in the order the operations used them
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        for a in (*args, *(kwargs or {}).values()):
-            for t in a if isinstance(a, (list, tuple)) else (a,):
-                if isinstance(t, torch.Tensor) and id(t) in self.index:
-                    self.reads.append(self.index[id(t)])
-        return func(*args, **(kwargs or {}))
 
 
 def _block_read_again(reads):
@@ -334,15 +321,8 @@ def _check_lse_one_pass(candidate):
     scores, uses it and drops it, so a first pass for the maximum and a second for the sum would
     compute every block twice."""
     blocks = list(torch.randn(2, 5, 15, generator=generator(16)).split(5, dim=-1))
-    reads = _BlockReads(blocks)
-
-    @functools.wraps(candidate)
-    def watched(*args, **kwargs):  # only the candidate's own reads count (not `call` showing the arguments)
-        with reads:
-            return candidate(*args, **kwargs)
-
-    call(watched, blocks)
-    again = _block_read_again(reads.reads)
+    index = {id(b): i for i, b in enumerate(blocks)}  # which block each torch call reads, in order
+    again = _block_read_again([index[t] for c in torch_calls(candidate, blocks) for t in c.inputs if t in index])
     if again is not None:
         block, other = again
         raise Mistake(
@@ -380,9 +360,7 @@ def check_running_logsumexp(candidate):
             )
         _lse_shape_mistake(got, expected, blocks)
         expect_tensor(got, expected.shape, what=f"logsumexp for {description}")
-        if got.dtype != scores.dtype:
-            raise Mistake(f"the result should keep the scores' dtype {scores.dtype}, but it is {got.dtype}.")
-        expect_plain(got, scores.device, f"logsumexp for {description}")
+        expect_same_dtype(got, scores.dtype, "logsumexp", description)
         diagnose(
             got,
             expected,
@@ -621,10 +599,7 @@ def _check_one_block(candidate, args, expected, where, atol):
     got = _unpack_block_result(got, expected, where)
     for index in (2, 0, 1):  # dv first: it needs P only; then dq and dk, which need dS
         name = ("dq_i", "dk_j", "dv_j")[index]
-        if got[index].dtype != expected[index].dtype:
-            raise Mistake(
-                f"your {name} should keep the inputs' dtype {expected[index].dtype}, but it is {got[index].dtype}."
-            )
+        expect_same_dtype(got[index], expected[index].dtype, name, where)
         expect_plain(got[index], expected[index].device, name)
         if close(got[index], expected[index], atol=atol):
             continue
@@ -688,10 +663,9 @@ def check_block_backward(candidate):
             try:
                 _check_one_block(candidate, args, expected, where, atol)
             except Mistake as mistake:
-                if passed_unbatched and q.dim() > 2 and "your code raised" in str(mistake):
-                    raise Mistake(
-                        f"your function {BB_ONLY_UNBATCHED}: {mistake}\n-> `.T` reverses all axes of a batched "
-                        f"tensor; `.transpose(-2, -1)` (or `.mT`) swaps only the last two."
-                    ) from None
+                if q.dim() > 2 and "your code raised" in str(mistake):
+                    diagnose_batching(
+                        True, lambda passed=passed_unbatched: passed, where, _BB_BATCH_ADVICE, str(mistake)
+                    )
                 raise
         passed_unbatched = passed_unbatched or q.dim() == 2
