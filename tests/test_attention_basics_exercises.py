@@ -128,18 +128,18 @@ SDPA_MISTAKES = {
     "~mask on an int mask": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, mask_mode="tilde"), ab.MASK_NOT_BOOL),
     "wrong order": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, order="wo"), ab.WRONG_ORDER),
     "only the output": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask)[0], ab.NOT_A_PAIR),
-    "k.T": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.T), ab.ONLY_UNBATCHED),
+    "k.T": (lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.T), checking.ONLY_UNBATCHED),
     "k.transpose(0, 1)": (
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.transpose(0, 1)),
-        ab.ONLY_UNBATCHED,
+        checking.ONLY_UNBATCHED,
     ),
     "k.transpose(1, 2)": (
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.transpose(1, 2)),
-        ab.ONLY_BATCHED,
+        checking.ONLY_BATCHED,
     ),
     "k.permute(0, 2, 1)": (
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, transpose=lambda k: k.permute(0, 2, 1)),
-        ab.ONLY_BATCHED,
+        checking.ONLY_BATCHED,
     ),
     "in place": (_in_place_sdpa, "in place"),
     "-inf without NaN handling": (
@@ -355,10 +355,10 @@ SCORE_MISTAKES = {
     "queries transposed": (lambda q, k: q.transpose(-2, -1) @ k, qkv.QUERIES_TRANSPOSED),
     "keys transposed and first": (lambda q, k: k.mT @ q, qkv.QUERIES_TRANSPOSED),
     "keys first with .T (2-D habit)": (lambda q, k: k @ q.T, qkv.KEYS_FIRST),
-    "k.T": (lambda q, k: q @ k.T, qkv.ONLY_UNBATCHED),
-    "k.transpose(0, 1)": (lambda q, k: q @ k.transpose(0, 1), qkv.ONLY_UNBATCHED),
-    "torch.mm": (lambda q, k: torch.mm(q, k.t()), qkv.ONLY_UNBATCHED),
-    "k.transpose(1, 2)": (lambda q, k: q @ k.transpose(1, 2), qkv.ONLY_BATCHED),
+    "k.T": (lambda q, k: q @ k.T, checking.ONLY_UNBATCHED),
+    "k.transpose(0, 1)": (lambda q, k: q @ k.transpose(0, 1), checking.ONLY_UNBATCHED),
+    "torch.mm": (lambda q, k: torch.mm(q, k.t()), checking.ONLY_UNBATCHED),
+    "k.transpose(1, 2)": (lambda q, k: q @ k.transpose(1, 2), checking.ONLY_BATCHED),
     "divided by d": (lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1], "scaled the scores by d:"),
     "in place": (lambda q, k: q.mul_(1.0).add_(1.0) @ k.transpose(-2, -1), "in place"),
 }
@@ -410,7 +410,7 @@ def test_scores_sizes_vary_across_cases():
     [
         (lambda t: t.long(), "dtype"),
         (lambda t: t.double(), "float64"),
-        (lambda t: t.to("meta"), qkv.OTHER_DEVICE),
+        (lambda t: t.to("meta"), checking.OTHER_DEVICE),
     ],
     ids=["int", "float64", "meta device"],
 )
@@ -424,7 +424,7 @@ def test_scores_non_contiguous_output_passes():
 
 # --------------------------------------------------------------------------- mask mistakes that are not about batching
 
-BATCHING_ADVICE = (ab.ONLY_UNBATCHED, ab.ONLY_BATCHED, "k.T")
+BATCHING_ADVICE = (checking.ONLY_UNBATCHED, checking.ONLY_BATCHED, "k.T")
 
 
 def _where_with_the_mask(q, k, v, mask=None):

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 
 
 def result_of(exercise_id, candidate):
@@ -79,7 +79,7 @@ SPLIT_MISTAKES = {
     "/ instead of //": (lambda x, h: x.reshape(x.shape[0], x.shape[1], h, x.shape[2] / h).transpose(1, 2), "//"),
     "batch size 1 only": (
         lambda x, h: x.squeeze(0).reshape(x.shape[1], h, -1).transpose(0, 1).unsqueeze(0),
-        "works for batch size 1 but not for batch size",
+        checking.ONLY_UNBATCHED,
     ),
     "batch size 1 only (hard-coded view)": (
         lambda x, h: (
@@ -87,7 +87,7 @@ SPLIT_MISTAKES = {
             if x.shape[0] == 1
             else x.reshape(1, -1, h, x.shape[2] // h).transpose(1, 2)
         ),
-        "works for batch size 1 but not for batch size",
+        checking.ONLY_UNBATCHED,
     ),
 }
 
@@ -152,7 +152,7 @@ COMBINE_MISTAKES = {
         lambda x: x.permute(0, 2, 1, 3).reshape(x.shape[0], -1, x.shape[3]),  # view(B, -1, d) with d the head size
         "stacked along the sequence axis",
     ),
-    "batch size 1 only": (_combine_batch_one, "works for batch size 1 but not for batch size"),
+    "batch size 1 only": (_combine_batch_one, checking.ONLY_UNBATCHED),
 }
 
 
@@ -496,7 +496,7 @@ MHA_MISTAKES = [
     (SoftmaxOverQueries, "softmax over the wrong axis"),
     (NaiveExp, "contains NaN"),
     (ReturnsTuple, "returned a tuple (output, weights)"),
-    (BatchOneOnly, "works for batch size 1 but not for batch size"),
+    (BatchOneOnly, checking.ONLY_UNBATCHED),
     (ReturnsHeads, "still has a heads axis"),
     (SeedNames, "no attribute `query_linear`"),
     (PerHeadSizedProjections, "`query_linear.weight` has shape"),
@@ -664,7 +664,7 @@ def test_python_slips_in_the_module_get_their_own_message(candidate, phrases):
     assert not result.passed and result.status == "not yet", result.message
     for phrase in phrases:
         assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
-    assert "checker itself" not in result.message and "batch size 1" not in result.message
+    assert "checker itself" not in result.message and checking.ONLY_UNBATCHED not in result.message
 
 
 # ------------------------------------------------------------------------------------------
@@ -680,7 +680,7 @@ def _strided(t):
 CONVERSIONS = {
     "int": (lambda t: t.long(), "dtype"),
     "float64": (lambda t: t.double(), "float64"),
-    "meta device": (lambda t: t.to("meta"), "on another device"),
+    "meta device": (lambda t: t.to("meta"), checking.OTHER_DEVICE),
 }
 
 

@@ -10,6 +10,7 @@ filling with -1e9 gives uniform weights, a query attending to every key it was
 told not to. Each of the two gets its own message.
 """
 
+import functools
 import math
 
 import torch
@@ -17,15 +18,16 @@ import torch
 from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import (
-    NOT_DENSE,
-    OTHER_DEVICE,
     Mistake,
     NotAttempted,
     call,
     close,
     describe,
+    diagnose_batching,
     expect_plain,
+    expect_same_dtype,
     expect_tensor,
+    first_difference,
     generator,
 )
 from course_utils.softmax import stable_softmax
@@ -47,8 +49,6 @@ MASK_NOT_BOOL = "masked_fill needs a boolean condition"
 WRONG_ORDER = "output and weights are in the wrong order"
 NOT_A_PAIR = "return a pair (output, weights)"
 OUTPUT_NOT_WEIGHTED_SUM = "the weights are right but the output is not weights @ v"
-ONLY_UNBATCHED = "works on unbatched 2-D inputs but not on batched ones"
-ONLY_BATCHED = "your function counts axes from the front, so it fails on unbatched 2-D inputs"
 FULLY_MASKED_NAN = "a fully masked query row gave NaN"
 FULLY_MASKED_UNIFORM = "a fully masked query row got uniform weights"
 DIM_IGNORED = "you ignored the dim argument"
@@ -185,8 +185,7 @@ def check_stable_softmax(candidate):
         expected = torch.softmax(x, dim=dim)
         got = _call_softmax(candidate, x, dim)
         expect_tensor(got, expected.shape, what=f"result for {description}")
-        if got.dtype != x.dtype:
-            raise Mistake(f"the result should keep the input's dtype {x.dtype}, but it is {got.dtype} ({description}).")
+        expect_same_dtype(got, x.dtype, "result", description)
         expect_plain(got, x.device, f"result for {description}")
         # float32 has ~3 decimal digits left after 10000: x - logsumexp(x) is then only good to ~1e-3
         atol = 1e-3 if x.abs().nan_to_num(0, 0, 0).max() > 100 else 1e-5
@@ -203,11 +202,7 @@ def check_stable_softmax(candidate):
         for message, wrong in _softmax_mistakes(x, dim):
             if close(got, wrong):
                 raise Mistake(f"{message}\n(case: {description})")
-        diff = (got.double() - expected.double()).abs().nan_to_num(float("inf")).max().item()
-        raise Mistake(
-            f"the softmax is not right for {description}: largest difference {diff:.3g}.\n"
-            f"expected: {describe(expected)}\ngot:      {describe(got)}"
-        )
+        raise Mistake(f"the softmax is not right for {description}: {first_difference(got, expected, atol)}")
 
 
 # --------------------------------------------------------------------------- scaled_dot_product_attention
@@ -401,25 +396,17 @@ def _right_on(candidate, q, k, v, mask):
     except (Mistake, NotAttempted):
         return False
     expected = scaled_dot_product_attention(q, k, v, mask)
-    return (
-        isinstance(got, (tuple, list))
-        and len(got) == 2
-        and all(isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device == q.device for t in got)
-        and close(got[0], expected[0])
-        and close(got[1], expected[1])
-    )
+    return isinstance(got, (tuple, list)) and len(got) == 2 and all(map(close, got, expected))
 
 
-def _right_on_one_sentence(candidate, q, k, v, mask):
-    """True if the candidate gets the first sentence of a batched case right when given it on its own.
+def _right_the_other_way(candidate, q, k, v, mask):
+    """True if the candidate gets the first sentence of a batched case right on its own, or an unbatched
+    case right as a batch of one sentence.
 
-    Only then is a failure on the batch a batching problem (k.T, dim=1, ...); a mistake that breaks
-    one sentence too (`if mask:`, torch.where with a 0/1 mask, ...) must not get batching advice."""
-    return _right_on(candidate, *_first_sentence(q, k, v, mask))
-
-
-def _right_as_a_batch_of_one(candidate, q, k, v, mask):
-    """True if the candidate gets an unbatched case right when it is given as a batch of one sentence."""
+    Only then is a failure a batching problem (k.T, dim=1, ...); a mistake that breaks one
+    sentence too (`if mask:`, torch.where with a 0/1 mask, ...) must not get batching advice."""
+    if q.dim() > 2:
+        return _right_on(candidate, *_first_sentence(q, k, v, mask))
     mask = None if mask is None else mask.clone()
     return _right_on(candidate, q[None].clone(), k[None].clone(), v[None].clone(), mask)
 
@@ -438,10 +425,8 @@ def _call_attention(candidate, description, q, k, v, mask):
                 f"{MASK_NOT_BOOL} ({description}): `~mask` or `masked_fill(mask, ...)` only work for bool masks. "
                 f"`mask == 0` is True where attending is not allowed, for bool and 0/1 masks alike.\n{text}"
             ) from None
-        if q.dim() > 2 and _right_on_one_sentence(candidate, q, k, v, mask):
-            raise Mistake(f"your function {ONLY_UNBATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
-        if q.dim() == 2 and _right_as_a_batch_of_one(candidate, q, k, v, mask):
-            raise Mistake(f"{ONLY_BATCHED} ({description}). {_UNBATCHED_ADVICE}\n{text}") from None
+        right = functools.partial(_right_the_other_way, candidate, q, k, v, mask)
+        diagnose_batching(q.dim() > 2, right, description, _UNBATCHED_ADVICE, text)
         if mask is not None:
             raise Mistake(f"with a mask ({description}): {text}") from None
         raise Mistake(f"{text}\n(case: {description})") from None
@@ -503,22 +488,17 @@ def check_scaled_dot_product_attention(candidate):
         for message, wrong, rows in _attention_mistakes(q, k, v, mask):
             if _close_on_rows(weights, wrong, rows):
                 raise Mistake(f"{message}\n(case: {description})")
-        if q.dim() > 2 and _right_on_one_sentence(candidate, q, k, v, mask):
-            raise Mistake(
-                f"your function {ONLY_UNBATCHED} ({description}): the weights are wrong. "
-                f"{_UNBATCHED_ADVICE}\nexpected: {describe(expected_w)}\ngot:      {describe(weights)}"
-            )
+        if q.dim() > 2:
+            wrong = f"the weights are wrong.\nexpected: {describe(expected_w)}\ngot:      {describe(weights)}"
+            right = functools.partial(_right_the_other_way, candidate, q, k, v, mask)
+            diagnose_batching(True, right, description, _UNBATCHED_ADVICE, wrong)
         if not torch.isfinite(weights).all():
             raise Mistake(
                 f"your weights contain NaN or inf where the reference has none ({description}). NaN comes from "
                 f"0/0, e.g. a row whose scores are all -inf (is the mask the right way round? 1/True = may "
                 f"attend), inf from exp() of large scores: use torch.softmax, which subtracts the row maximum."
             )
-        diff = (weights.double() - expected_w.double()).abs().max().item()
-        raise Mistake(
-            f"the attention weights are not right ({description}): largest difference {diff:.3g}.\n"
-            f"expected: {describe(expected_w)}\ngot:      {describe(weights)}"
-        )
+        raise Mistake(f"the attention weights are not right ({description}): {first_difference(weights, expected_w)}")
     _check_fully_masked_rows(candidate)
 
 
@@ -606,11 +586,9 @@ def check_causal_mask(candidate):
         expected = causal_mask(n)
         got = call(candidate, n)
         expect_tensor(got, (n, n), what=f"mask for seq_len={n}")
-        if got.layout != torch.strided:
-            raise Mistake(f"your mask is a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse().")
-        if got.is_meta:
-            raise Mistake(f"your mask {OTHER_DEVICE}: meta, where tensors hold no values. Build it on the CPU.")
-        got = got.cpu()  # a mask built on the notebook's device (device=...) is fine
+        # a mask built on the notebook's device (device=...) is fine; one on meta holds no values
+        expect_plain(got, torch.device("cpu") if got.is_meta else got.device, f"mask for seq_len={n}")
+        got = got.cpu()
         if got.is_floating_point() and torch.isinf(got).any():
             raise Mistake(
                 f"your mask holds -inf: that is {CAUSAL_ADDITIVE} (0 = allowed, -inf = forbidden, added to the "

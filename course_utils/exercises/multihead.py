@@ -19,7 +19,15 @@ import torch
 
 from course_utils.attention import MultiHeadAttention, combine_heads, split_heads
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, close, diagnose, expect_tensor
+from course_utils.exercises.checking import (
+    Mistake,
+    call,
+    close,
+    diagnose,
+    diagnose_batching,
+    expect_plain,
+    expect_tensor,
+)
 
 __all__ = ["check_split_heads", "check_combine_heads", "check_multi_head_attention"]
 
@@ -79,9 +87,6 @@ COMBINE_LOST_HEADS = (
     "your output has only d features per position: you summed/averaged the heads or kept one of them. "
     "Multi-head attention concatenates the heads: [B, S, H*d]."
 )
-
-OTHER_DEVICE = "is on another device"
-NOT_DENSE = "not an ordinary dense tensor"
 
 MHA_TUPLE = (
     "your forward returned a tuple (output, weights), like the article's ScaledDotProductAttention does. "
@@ -149,13 +154,11 @@ MHA_UNCOMBINED = (
 )
 
 
-def _batch_one(batch):
-    return (
-        f"your code works for batch size 1 but not for batch size {batch}: every sample is right on its own, "
-        f"the batched call is not. Do not hard-code a batch size of 1 or squeeze/index the batch axis, and "
-        f"keep the samples apart (never fold the batch into the sequence axis): read the batch size from the "
-        f"input, batch_size = x.shape[0]."
-    )
+_BATCH_ADVICE = (
+    "Every sample is right on its own, the batched call is not. Do not hard-code a batch size of 1 or "
+    "squeeze/index the batch axis, and keep the samples apart (never fold the batch into the sequence axis): "
+    "read the batch size from the input, batch_size = x.shape[0]."
+)
 
 
 _KNOWN = {
@@ -187,35 +190,19 @@ def _is_named(mistake):
 
 def _batched(batch, run, per_sample_ok):
     """Run one case; if a batch > 1 fails for an unnamed reason but every sample
-    passes on its own, say that the code only works for batch size 1."""
+    passes on its own, say that the code only works for one sample at a time."""
     try:
         run()
     except Mistake as m:
-        if batch > 1 and not _is_named(m) and per_sample_ok():
-            raise _Named(_batch_one(batch)) from None
+        if batch > 1 and not _is_named(m):
+            diagnose_batching(True, per_sample_ok, f"batch size {batch}", _BATCH_ADVICE)
         raise
 
 
-def _same(got, expected, atol=1e-5):
-    """``got`` is a tensor with ``expected``'s shape and values (another device never is)."""
-    return (
-        isinstance(got, torch.Tensor)
-        and got.layout == torch.strided
-        and got.device == expected.device
-        and close(got, expected, atol=atol)
-    )
-
-
 def _expect_like(got, reference, what):
-    """A tensor of the reference's dtype, on its device; named mistakes for anything else, never a crash later."""
+    """A dense tensor of the reference's dtype, on its device: named mistakes for anything else."""
     expect_tensor(got, dtype=reference.dtype, what=what)
-    if got.layout != torch.strided:
-        raise _Named(f"your {what} is a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse() (or add .to_dense()).")
-    if got.device != reference.device:
-        raise _Named(
-            f"your {what} {OTHER_DEVICE} ({got.device}) than the inputs ({reference.device}). Make new tensors on "
-            f"the inputs' device (`device=x.device`) and leave out .to(...) / .cuda()."
-        )
+    expect_plain(got, reference.device, what)
 
 
 def _randn(*shape, seed):
@@ -298,7 +285,7 @@ def _matches(fn, reference, x, *args):
     except Exception:
         return False
     want = reference(x, *args)
-    return _same(got, want)
+    return close(got, want)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -619,7 +606,7 @@ def _check_mha_case(candidate, case, seed):
                 except Exception:
                     return False
                 atol = 2e-5 * max(1.0, expected.abs().max().item())
-                if not _same(got, expected[j : j + 1], atol=atol):
+                if not close(got, expected[j : j + 1], atol=atol):
                     return False
         return True
 

@@ -4,7 +4,17 @@ import torch
 
 from course_utils.attention import attention_scores
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, NotAttempted, call, close, describe, expect_tensor, generator
+from course_utils.exercises.checking import (
+    Mistake,
+    NotAttempted,
+    call,
+    close,
+    describe,
+    diagnose_batching,
+    expect_plain,
+    expect_tensor,
+    generator,
+)
 
 MISSING_TRANSPOSE = "you multiplied queries @ keys without transposing the keys"
 KEYS_FIRST = "you computed keys @ queries^T: that is the transposed score matrix"
@@ -13,10 +23,6 @@ ELEMENTWISE = "you multiplied elementwise (queries * keys) and did not sum over 
 DIAGONAL_ONLY = "you paired each query only with the key at the same position"
 SCALED = "you scaled the scores"
 SOFTMAXED = "you applied softmax"
-ONLY_UNBATCHED = "works on one sentence (2-D) but not on a batch"
-ONLY_BATCHED = "counts axes from the front, so it fails on one sentence (2-D)"
-OTHER_DEVICE = "your scores are on another device"
-NOT_DENSE = "not an ordinary dense tensor"
 
 _RIGHT_WAY = "queries @ keys.transpose(-2, -1)"
 
@@ -93,19 +99,9 @@ def _mistakes(q, k):
     return runs
 
 
-def _same(got, expected):
-    """``got`` is a tensor with ``expected``'s values (any dtype; another device is never the same)."""
-    return (
-        isinstance(got, torch.Tensor)
-        and got.layout == torch.strided
-        and got.device == expected.device
-        and close(got, expected)
-    )
-
-
 def _named(got, q, k):
     """The message of the known mistake whose result ``got`` matches, else None."""
-    return next((message for message, wrong in _mistakes(q, k) if _same(got, wrong)), None)
+    return next((message for message, wrong in _mistakes(q, k) if close(got, wrong)), None)
 
 
 def _name_on_square_inputs(candidate):
@@ -119,37 +115,28 @@ def _name_on_square_inputs(candidate):
     return _named(got, q, k)
 
 
-def _right_on_one_sentence(candidate, q, k):
-    """True if the candidate gets the first sentence of a batched case right on its own, as 2-D tensors."""
+def _right_the_other_way(candidate, q, k):
+    """True if the candidate gets the first sentence of a batched case right on its own, as 2-D tensors,
+    or a 2-D case right when it is given as a batch of one sentence."""
     first = (0,) * (q.dim() - 2)
+    q, k = (q[first], k[first]) if q.dim() > 2 else (q[None], k[None])
     try:
-        return _same(call(candidate, q[first].clone(), k[first].clone()), attention_scores(q[first], k[first]))
+        return close(call(candidate, q.clone(), k.clone()), attention_scores(q, k))
     except (Mistake, NotAttempted):
         return False
-
-
-def _right_as_a_batch_of_one(candidate, q, k):
-    """True if the candidate gets a 2-D case right when it is given as a batch of one sentence."""
-    try:
-        got = call(candidate, q[None].clone(), k[None].clone())
-    except (Mistake, NotAttempted):
-        return False
-    return _same(got, attention_scores(q, k)[None])
 
 
 def _explain_failure(candidate, description, q, k, detail):
     """Name why the candidate failed on a case (it raised, or returned something we do not recognise)."""
-    if q.dim() > 2 and _right_on_one_sentence(candidate, q, k):
-        raise Mistake(
-            f"your function {ONLY_UNBATCHED} ({description}). `keys.T` / `keys.t()` are for 2-D tensors; "
-            f"`keys.transpose(-2, -1)` swaps the last two axes whatever comes before.\n{detail}"
-        )
-    if q.dim() == 2 and _right_as_a_batch_of_one(candidate, q, k):
-        raise Mistake(
-            f"your function {ONLY_BATCHED} ({description}): it is right on a batch, but `permute(0, 2, 1)` or "
-            f"`transpose(1, 2)` name axes by their place from the front. `keys.transpose(-2, -1)` counts from the "
-            f"back, so one line works for [L, d], [B, L, d] and [B, H, L, d].\n{detail}"
-        )
+    advice = (
+        "`keys.T` / `keys.t()` are for 2-D tensors; `keys.transpose(-2, -1)` swaps the last two axes whatever "
+        "comes before."
+        if q.dim() > 2
+        else "It is right on a batch, but `permute(0, 2, 1)` or `transpose(1, 2)` name axes by their place from "
+        "the front. `keys.transpose(-2, -1)` counts from the back, so one line works for [L, d], [B, L, d] and "
+        "[B, H, L, d]."
+    )
+    diagnose_batching(q.dim() > 2, lambda: _right_the_other_way(candidate, q, k), description, advice, detail)
     message = _name_on_square_inputs(candidate)
     if message is not None:
         what_happened = detail.splitlines()[0].rstrip(".")
@@ -179,13 +166,7 @@ def check_attention_scores(candidate):
                 raise
             _explain_failure(candidate, description, q, k, str(m))
         expect_tensor(got, what=f"score matrix for {description}")
-        if got.layout != torch.strided:
-            raise Mistake(f"your scores are a {got.layout} tensor, {NOT_DENSE}: leave out .to_sparse().")
-        if got.device != q.device:
-            raise Mistake(
-                f"{OTHER_DEVICE} ({got.device}; the inputs are on {q.device}): compute on the inputs' device, "
-                f"without .to(...) or .cuda()."
-            )
+        expect_plain(got, q.device, f"score matrix for {description}")
         message = _named(got, q, k)
         if message is not None and not close(got, expected):
             raise Mistake(f"{message}\n(case: {description})")
