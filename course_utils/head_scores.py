@@ -17,6 +17,7 @@ spreads its weight evenly over n tokens scores about 1/n.
 
 ``attention_entropy`` (lesson 04) measures how focused a head is rather than where it
 looks: each query row's entropy in nats, averaged over the queries, one number per head.
+``most_attended_tokens`` (lesson 04) names each head's favourite key token instead of a number.
 """
 
 import string
@@ -32,6 +33,7 @@ __all__ = [
     "punctuation_score",
     "same_word_score",
     "attention_entropy",
+    "most_attended_tokens",
     "is_punctuation",
     "PATTERNS",
     "score_heads",
@@ -174,6 +176,17 @@ def attention_entropy(weights):
     # which torch.xlogy(w, w) = w * ln(w) computes without the NaN of 0 * -inf
     per_query = -torch.xlogy(weights, weights).sum(dim=-1)  # [..., q]
     return per_query.mean(dim=-1)
+
+
+def most_attended_tokens(weights, tokens):
+    """For each head, the key token it attends to most, on average over all queries.
+
+    weights: [heads, q, k] attention weights (torch tensor); tokens: the k key tokens.
+    Returns a list with one token per head (lesson 04's exercise).
+    """
+    received = weights.mean(dim=-2)  # [heads, k]: the average weight each key receives
+    best = received.argmax(dim=-1)  # [heads]: the key with the most attention
+    return [tokens[i] for i in best.tolist()]
 
 
 def score_heads(attn, tokens, patterns=None):

@@ -188,3 +188,11 @@ def test_real_model_has_a_previous_token_head():
     scores = hs.score_heads(attn, tokens)
     assert scores["previous token"].max() > 0.9
     assert scores["same word"].max() > 0.5
+
+
+def test_most_attended_tokens_brute_force():
+    w = random_attention(4, S, S, seed=3)
+    got = hs.most_attended_tokens(w, TOKENS)
+    for head in range(4):
+        totals = [sum(w[head, i, j].item() for i in range(S)) for j in range(S)]
+        assert got[head] == TOKENS[totals.index(max(totals))]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course_utils.exercises import check, solution
-from course_utils.viz import most_attended_tokens
+from course_utils.head_scores import most_attended_tokens
 
 
 def run(candidate):

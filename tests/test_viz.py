@@ -372,14 +372,3 @@ def test_interactive_figures_do_not_leak_into_pyplot():
     viz.head_view(weights(2, 5, 5), TOKENS)
     viz.model_view(weights(2, 2, 5, 5), TOKENS)
     assert plt.get_fignums() == []  # otherwise the notebook would show the fallback twice
-
-
-# ---------------------------------------------------------------- reading attention
-
-
-def test_most_attended_tokens_brute_force():
-    w = weights(4, 5, 5, seed=3)
-    got = viz.most_attended_tokens(w, TOKENS)
-    for head in range(4):
-        totals = [sum(w[head, i, j].item() for i in range(5)) for j in range(5)]
-        assert got[head] == TOKENS[totals.index(max(totals))]

@@ -23,8 +23,7 @@ from course_utils.exercises.checking import (
     expect_tensor,
     generator,
 )
-from course_utils.head_scores import attention_entropy
-from course_utils.viz import most_attended_tokens
+from course_utils.head_scores import attention_entropy, most_attended_tokens
 
 TOKENS = ["Orange", "is", "my", "favorite", "fruit"]
 
