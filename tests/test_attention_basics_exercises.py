@@ -263,8 +263,8 @@ SOFTMAX_MISTAKES = {
         ab.MAX_IS_A_PAIR,
     ),
     "in place": (_in_place_softmax, "in place"),
-    "float32 result": (lambda x, dim=-1: torch.softmax(x.float(), dim=dim), "keep the input's dtype"),
-    "int result": (lambda x, dim=-1: torch.softmax(x, dim=dim).long(), "keep the input's dtype"),
+    "float32 result": (lambda x, dim=-1: torch.softmax(x.float(), dim=dim), checking.KEEP_DTYPE),
+    "int result": (lambda x, dim=-1: torch.softmax(x, dim=dim).long(), checking.KEEP_DTYPE),
     "result on another device": (lambda x, dim=-1: torch.softmax(x, dim=dim).to("meta"), checking.OTHER_DEVICE),
 }
 

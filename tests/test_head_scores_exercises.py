@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.head_scores import previous_token_score
 from tests.exercise_asserts import assert_each_message_names_only_its_mistake
 
@@ -40,7 +40,7 @@ def test_a_result_in_another_dtype_than_the_weights_is_named():
         return out / (seq - 1)
 
     result = run(loops_in_float32)
-    assert not result.passed and "should keep the input's dtype torch.float64" in result.message, result.message
+    assert not result.passed and f"{checking.KEEP_DTYPE} torch.float64" in result.message, result.message
 
 
 def test_stub_is_not_attempted():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from course_utils.attention import scaled_dot_product_attention
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import modern as ex
 from tests.exercise_asserts import assert_caught, assert_passes
 
@@ -116,7 +116,10 @@ ROPE_MISTAKES = {
     "positions ignored": (lambda x, p, base=10000.0: _rope(x, p, base, use_arange=True), ex.ROPE_IGNORED_POSITIONS),
     "base ignored": (lambda x, p, base=10000.0: _rope(x, p), ex.ROPE_IGNORED_BASE),
     "float64 result": (lambda x, p, base=10000.0: _rope(x.double(), p, base), "float64"),
-    "float32 result for low precision": (lambda x, p, base=10000.0: _rope(x, p, base, keep_dtype=False), ex.ROPE_DTYPE),
+    "float32 result for low precision": (
+        lambda x, p, base=10000.0: _rope(x, p, base, keep_dtype=False),
+        checking.KEEP_DTYPE,
+    ),
     "half-split pairs, interleaved angles": (
         lambda x, p, base=10000.0: _rope(x, p, base, angles_layout="pairs"),
         ex.ROPE_LAYOUT_MIX,
@@ -240,7 +243,7 @@ GQA_MISTAKES = {
         lambda q, k, v, p, m=None: (_gqa(q, k, v, p, m), None),
         "tuple",
     ),
-    "float32 result": (lambda q, k, v, p, m=None: _gqa(q, k, v, p, m).float(), ex.GQA_DTYPE),
+    "float32 result": (lambda q, k, v, p, m=None: _gqa(q, k, v, p, m).float(), checking.KEEP_DTYPE),
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import vision as ex
 from tests.exercise_asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
 
@@ -186,7 +186,7 @@ def test_patchify_cases_cover_float32_float64_float16_and_keep_the_dtype():
     def always_float(images, patch_size):
         return learner_patchify(images.float(), patch_size)
 
-    assert_caught("patchify", always_float, "keep the images' dtype")
+    assert_caught("patchify", always_float, checking.KEEP_DTYPE)
 
 
 # ------------------------------------------------------------------ occlude_patches
@@ -266,5 +266,5 @@ def test_occlusion_in_place_and_dtype_mistakes_are_named():
         return learner_occlude(images, which, patch_size, background).float()
 
     assert_caught("occlude_patches", in_place, "in place")
-    assert_caught("occlude_patches", as_float32, "keep their dtype")
+    assert_caught("occlude_patches", as_float32, checking.KEEP_DTYPE)
     assert {case[1].dtype for case in ex._occlusion_cases()} == {torch.float32, torch.float64, torch.float16}

@@ -44,6 +44,7 @@ __all__ = [
     "generator",
     "expect_plain",
     "expect_same_dtype",
+    "KEEP_DTYPE",
     "LOW_PRECISION_TOLERANCE",
     "OTHER_DEVICE",
     "NOT_DENSE",
@@ -388,6 +389,7 @@ def expect_plain(got, device, what="output"):
 LOW_PRECISION_TOLERANCE = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}
 
 
+KEEP_DTYPE = "should keep the input's dtype"  # the tests look for it
 _DTYPE_ADVICE = (
     "Something in your code made a tensor of another dtype (torch.tensor(...), torch.zeros(...) without dtype=, "
     ".float()) and PyTorch promoted the result to it: make new tensors with dtype=x.dtype (or torch.zeros_like(x))."
@@ -399,7 +401,7 @@ def expect_same_dtype(got, dtype, what="output", context="", advice=_DTYPE_ADVIC
     if not isinstance(got, torch.Tensor) or got.dtype == dtype or (dtype, got.dtype) == (torch.float32, torch.float64):
         return
     where = f" ({context})" if context else ""
-    raise Mistake(f"the {what} should keep the input's dtype {dtype}, but it is {got.dtype}{where}. {advice}")
+    raise Mistake(f"the {what} {KEEP_DTYPE} {dtype}, but it is {got.dtype}{where}. {advice}")
 
 
 def close(a, b, atol=1e-5, rtol=1e-4):

@@ -13,7 +13,7 @@ import torch
 
 from course_utils import induction
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor, generator
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_same_dtype, expect_tensor, generator
 
 # Distinctive phrases, one per mistake (the tests look for them).
 REPEATED_TOKEN = "you scored the weight on key t - half_len itself"
@@ -199,8 +199,7 @@ def check_induction_scores(candidate):
                 )
             )
         diagnose(got, expected, mistakes, what="scores [..., heads]", context=description)
-        if got.dtype != weights.dtype:
-            raise Mistake(f"keep the weights' dtype {weights.dtype}; you returned {got.dtype} ({description}).")
+        expect_same_dtype(got, weights.dtype, "scores", description)
         passed_heads.append(heads)
 
 

@@ -20,7 +20,15 @@ import torch.nn as nn
 from course_utils import long_range
 from course_utils.attention import MultiHeadAttention
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator
+from course_utils.exercises.checking import (
+    Mistake,
+    call,
+    diagnose,
+    expect_plain,
+    expect_same_dtype,
+    expect_tensor,
+    generator,
+)
 
 # Distinctive phrases, one per mistake (the tests look for them).
 NOT_CARRIED = "the hidden state is not carried from step to step"
@@ -275,6 +283,9 @@ def _as_tensor(got, dtype, description):
     return got
 
 
+_NORMS_AS_TENSORS = "Keep the norms as tensors (torch.stack) instead of Python floats turned into a new dtype."
+
+
 @exercise(
     "gradient_by_distance",
     solution=long_range.gradient_by_distance,
@@ -306,11 +317,7 @@ def check_gradient_by_distance(candidate):
                 f"{tuple(got.shape)} ({description}). The gradient with respect to token 0 is a vector; keep its "
                 f"norm, x.grad[0, 0].norm()."
             )
-        if got.dtype != inputs.dtype:
-            raise Mistake(
-                f"your result is {got.dtype}, the inputs are {inputs.dtype} ({description}): keep the norms as "
-                f"tensors (torch.stack) instead of Python floats turned into a new dtype."
-            )
+        expect_same_dtype(got, inputs.dtype, "result", description, _NORMS_AS_TENSORS)
         own = torch.stack([grads[i, 0, t] for i, t in enumerate(distances)]).norm(dim=-1)
         last = _gradient_oracle(layer, inputs, [inputs.shape[1] - 1] * len(distances), probe)[:, 0, 0].norm(dim=-1)
         summed = []

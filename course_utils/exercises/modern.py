@@ -16,7 +16,15 @@ import torch.nn.functional as F
 
 from course_utils import modern
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, NotAttempted, call, diagnose, expect_tensor, generator
+from course_utils.exercises.checking import (
+    Mistake,
+    NotAttempted,
+    call,
+    diagnose,
+    expect_same_dtype,
+    expect_tensor,
+    generator,
+)
 
 # Distinctive phrases, one per mistake (the tests look for them).
 KV_TILED = "you tiled the heads"
@@ -33,7 +41,6 @@ ROPE_EXPONENT_SIGN = "wrong frequency exponent: the minus sign is missing"
 ROPE_IGNORED_BASE = "you ignored the base argument"
 ROPE_DIRECTION = "you rotated the wrong way"
 ROPE_LAYOUT_MIX = "you mixed the two layouts"
-ROPE_DTYPE = "keep the input's dtype"
 
 SW_WINDOW_PLUS_ONE = "your window is one too wide"
 SW_WINDOW_MINUS_ONE = "your window is one too narrow"
@@ -52,7 +59,6 @@ GQA_TILED = "the query heads use the wrong key/value heads"
 GQA_MASK_IGNORED = "the mask was ignored"
 GQA_NO_SCALE = "you did not scale the scores by 1/sqrt(head_dim)"
 GQA_POSITIONS_IGNORED = "you ignored the positions"
-GQA_DTYPE = "the output should keep the inputs' dtype"
 
 DOC_NOT_CAUSAL = "tokens see the future of their own document"
 DOC_NO_DOCUMENTS = "tokens see other documents"
@@ -274,21 +280,15 @@ def check_apply_rope(candidate):
                     _rope_oracle(x, positions, 10000.0),
                 )
             )
-        _expect_rope_dtype(got, x, description)
+        expect_same_dtype(got, x.dtype, "result", description, _ROPE_DTYPE_ADVICE)
         atol, rtol = _ROPE_TOLERANCE.get(x.dtype, (1e-4, 1e-4))
         diagnose(got, expected, mistakes, atol=atol, rtol=rtol, context=description)
 
 
-def _expect_rope_dtype(got, x, description):
-    if not isinstance(got, torch.Tensor) or got.dtype == x.dtype:
-        return
-    if (x.dtype, got.dtype) == (torch.float32, torch.float64):
-        return  # diagnose names a float64 result of float32 inputs
-    raise Mistake(
-        f"{ROPE_DTYPE} {x.dtype}; you returned {got.dtype} ({description}). The angles are float32 (or float64): "
-        f"x * angles.cos() promotes x to their dtype. Cast cos and sin to x's dtype first, "
-        f"`cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)`."
-    )
+_ROPE_DTYPE_ADVICE = (
+    "The angles are float32 (or float64): x * angles.cos() promotes x to their dtype. Cast cos and sin to x's "
+    "dtype first, `cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)`."
+)
 
 
 # --------------------------------------------------------------------------- sliding_window_mask
@@ -487,15 +487,7 @@ def check_grouped_query_attention(candidate):
                     _gqa_variant(q, k, v, torch.arange(len(positions)), mask),
                 )
             )
-        if (
-            isinstance(got, torch.Tensor)
-            and got.dtype != q.dtype
-            and (q.dtype, got.dtype) != (torch.float32, torch.float64)
-        ):
-            raise Mistake(
-                f"{GQA_DTYPE} {q.dtype}, but it is {got.dtype} ({description}): make new tensors with "
-                f"dtype=q.dtype (or torch.zeros_like, x.new_tensor) so nothing promotes the result."
-            )
+        expect_same_dtype(got, q.dtype, "output", description)
         atol, rtol = (5e-2, 2e-2) if q.dtype == torch.bfloat16 else (1e-5, 1e-4)
         diagnose(got, expected, mistakes, atol=atol, rtol=rtol, context=description)
 

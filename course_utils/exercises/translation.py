@@ -33,7 +33,16 @@ import torch.nn.functional as F
 
 from course_utils.attention import MultiHeadAttention
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, close, diagnose, expect_plain, expect_tensor, generator
+from course_utils.exercises.checking import (
+    Mistake,
+    call,
+    close,
+    diagnose,
+    expect_plain,
+    expect_same_dtype,
+    expect_tensor,
+    generator,
+)
 from course_utils.translation import (
     TARGET_VOCAB,
     Translator,
@@ -237,8 +246,7 @@ def check_cross_attention(candidate):
                 f"decoder needs one per French position, [B, L_tgt, d_model] = {tuple(expected.shape)} ({context}). "
                 f"The queries (first argument) come from the decoder: the output has the queries' length."
             )
-        if got.dtype != dtype:
-            raise Mistake(f"your output is {got.dtype}, the inputs are {dtype} ({context}): keep the inputs' dtype.")
+        expect_same_dtype(got, dtype, "output", context)
         with torch.no_grad():
             mistakes = _self_attention_variants(mha, dec) + _mask_variants(mha, dec, enc, real)
             diagnose(got, expected, known_mistakes=mistakes, context=context)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from course_utils import vision
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_same_dtype, expect_tensor, generator
 
 # Distinctive phrases, one per mistake (the tests look for them).
 P_STRIPS = "your patches are strips, not squares"
@@ -181,6 +181,9 @@ def _check_divisibility(candidate):
     )
 
 
+_MOVES_ONLY = "Cutting patches only moves numbers: no .float() or new tensors of another dtype."
+
+
 @exercise(
     "patchify",
     solution=vision.patchify,
@@ -198,12 +201,7 @@ def check_patchify(candidate):
     for description, images, p in _cases():
         got = call(candidate, images, p)
         _check_shape(got, images, p, description)
-        expect_plain(got, images.device, f"result for {description}")
-        if got.dtype != images.dtype:
-            raise Mistake(
-                f"your result is {got.dtype}, the images are {images.dtype} ({description}): cutting patches only "
-                f"moves numbers, so keep the images' dtype (no .float() or new tensors of another dtype)."
-            )
+        expect_same_dtype(got, images.dtype, "result", description, _MOVES_ONLY)
         diagnose(got, _oracle(images, p), _mistakes(images, p), what="result", context=description)
     _check_divisibility(candidate)
 
@@ -297,11 +295,7 @@ def check_occlude_patches(candidate):
     for description, images, which, p, background in _occlusion_cases():
         got = call(candidate, images, which, p, background)
         expect_tensor(got, what=f"result for {description}")
-        expect_plain(got, images.device, f"result for {description}")
-        if got.dtype != images.dtype:
-            raise Mistake(
-                f"your result is {got.dtype}, the images are {images.dtype} ({description}): keep their dtype."
-            )
+        expect_same_dtype(got, images.dtype, "result", description)
         diagnose(
             got, _occlusion_oracle(images, which, p, background), _occlusion_mistakes(images, which, p, background),
             what="result", context=description, atol=0, rtol=0,

@@ -3,7 +3,7 @@
 import torch
 
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_tensor
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor
 from course_utils.softmax import normalise_scores
 
 
@@ -36,12 +36,7 @@ def check_normalise_scores(candidate):
             raise
         expected = normalise_scores(scores)
         expect_tensor(got, dtype=scores.dtype, what="weights")
-        if got.layout != torch.strided:
-            raise Mistake(f"your weights are a {got.layout} tensor: return an ordinary dense tensor.")
-        if got.device != scores.device:
-            raise Mistake(
-                f"your weights are on {got.device}, the scores on {scores.device}: leave out .to(...) / .cuda()."
-            )
+        expect_plain(got, scores.device, "weights")
         diagnose(
             got,
             expected,
