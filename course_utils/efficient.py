@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from course_utils.attention import _check_qkv, _positive_int, causal_mask, combine_heads, scaled_dot_product_attention
+from course_utils import _validate
+from course_utils.attention import causal_mask, combine_heads, scaled_dot_product_attention
 
 __all__ = [
     "online_softmax",
@@ -40,7 +41,8 @@ __all__ = [
 NEG_INF = float("-inf")
 
 
-def _safe_shift(running_max):
+def safe_shift(running_max):
+    """The running maximum to subtract before exp(): 0 where it is still -inf."""
     # A row that has seen only -inf (masked) scores still has max -inf, and
     # exp(-inf - (-inf)) would be NaN; shifting by 0 there gives exp(-inf) = 0.
     return running_max.masked_fill(running_max == NEG_INF, 0.0)
@@ -54,33 +56,18 @@ def online_softmax(x, block_size):
     was measured against the old maximum, so it is rescaled by exp(m_old - m_new).
     The last block may be shorter than ``block_size``.
     """
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1 or x.shape[-1] == 0:
-        what = f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be a non-empty floating-point tensor [..., n], got {what}")
-    block_size = _positive_int(block_size, "block_size")
+    _validate.online_softmax_input(x)
+    block_size = _validate.positive_int(block_size, "block_size")
     running_max = x.new_full((*x.shape[:-1], 1), NEG_INF)
     running_sum = x.new_zeros((*x.shape[:-1], 1))
     for start in range(0, x.shape[-1], block_size):  # the last block may be partial
         block = x[..., start : start + block_size]
         new_max = torch.maximum(running_max, block.amax(dim=-1, keepdim=True))
-        shift = _safe_shift(new_max)
+        shift = safe_shift(new_max)
         # old sum: rescale from the old maximum to the new one; then add this block
         running_sum = running_sum * torch.exp(running_max - shift) + torch.exp(block - shift).sum(dim=-1, keepdim=True)
         running_max = new_max
     return torch.exp(x - running_max) / running_sum
-
-
-def _check_tiled_inputs(q, k, v, causal):
-    _check_qkv(q, k, v)  # tensors of one dtype and device, matching sizes, batch dims that broadcast
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    if q.shape[-2] == 0 or k.shape[-2] == 0:
-        raise ValueError(f"q and k need at least one position, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if causal and q.shape[-2] > k.shape[-2]:
-        raise ValueError(
-            f"causal=True needs L_q <= L_k (the queries are the last L_q positions), "
-            f"got L_q={q.shape[-2]}, L_k={k.shape[-2]}"
-        )
 
 
 def tiled_attention(q, k, v, block_size, causal=False):
@@ -96,8 +83,8 @@ def tiled_attention(q, k, v, block_size, causal=False):
     may attend to keys 0 .. i + (L_k - L_q); with L_q == L_k this is ``causal_mask``.
     bfloat16/float16 inputs keep m, l and o in float32, as FlashAttention does.
     """
-    _check_tiled_inputs(q, k, v, causal)
-    block_size = _positive_int(block_size, "block_size")
+    _validate.tiled_inputs(q, k, v, causal)
+    block_size = _validate.positive_int(block_size, "block_size")
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1])
     stats_dtype = torch.promote_types(q.dtype, torch.float32)
@@ -115,7 +102,7 @@ def tiled_attention(q, k, v, block_size, causal=False):
             scores = scores.masked_fill(key_pos > query_pos, NEG_INF)
         # 3. online softmax: update the running max, rescale what we collected so far
         new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
-        shift = _safe_shift(new_max)
+        shift = safe_shift(new_max)
         rescale = torch.exp(running_max - shift)
         p = torch.exp(scores - shift)
         running_sum = running_sum * rescale + p.sum(dim=-1, keepdim=True)
@@ -144,7 +131,7 @@ class KVCache:
 
     def __init__(self, batch_size, num_heads, max_len, head_dim, dtype=torch.float32, device=None):
         sizes = {"batch_size": batch_size, "num_heads": num_heads, "max_len": max_len, "head_dim": head_dim}
-        shape = tuple(_positive_int(value, name) for name, value in sizes.items())
+        shape = tuple(_validate.positive_int(value, name) for name, value in sizes.items())
         self._keys = torch.zeros(shape, dtype=dtype, device=device)
         self._values = torch.zeros(shape, dtype=dtype, device=device)
         self.length = 0
@@ -204,7 +191,7 @@ def _check_generate_inputs(mha, prompt, steps):
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 3 or prompt.shape[-1] != mha.d_model:
         got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
         raise ValueError(f"prompt must be a tensor [batch, P, d_model={mha.d_model}], got {got}")
-    return _positive_int(steps, "steps")
+    return _validate.positive_int(steps, "steps")
 
 
 def generate(mha, prompt, steps, use_cache=True, step_times=None):
@@ -280,7 +267,7 @@ def sdpa_methods(device, dtype=torch.float32, head_dim=64):
 def attention_flops(batch, heads, n_q, n_k, head_dim, causal=False):
     """Forward FLOPs: q k^T and weights @ v, each 2 * n_q * n_k * d per head; causal skips half."""
     batch, heads, n_q, n_k, head_dim = (
-        _positive_int(value, name)
+        _validate.positive_int(value, name)
         for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("head_dim", head_dim))
     )
     flops = 4 * batch * heads * n_q * n_k * head_dim

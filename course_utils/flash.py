@@ -28,8 +28,8 @@ import math
 
 import torch
 
-from course_utils.attention import _check_qkv, _positive_int
-from course_utils.efficient import NEG_INF, _cpu_peak_memory, _device_of, _safe_shift, _synchronize
+from course_utils import _validate
+from course_utils.efficient import NEG_INF, _cpu_peak_memory, _device_of, _synchronize, safe_shift
 
 __all__ = [
     "flash_attention_forward",
@@ -53,7 +53,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 def _check_inputs(q, k, v, causal, block_size, skip_masked_blocks=True):
     """The common checks of all three entry points; returns block_size as an int."""
-    _check_qkv(q, k, v)  # tensors of one dtype and device, matching d and L_k, batch dims that broadcast
+    _validate.qkv(q, k, v)  # tensors of one dtype and device, matching d and L_k, batch dims that broadcast
     if q.dtype not in DTYPES:
         raise TypeError(f"q, k and v must be float16, bfloat16, float32 or float64, got {q.dtype}")
     if q.shape[-2] == 0 or k.shape[-2] == 0:
@@ -62,7 +62,7 @@ def _check_inputs(q, k, v, causal, block_size, skip_masked_blocks=True):
         raise TypeError(f"causal must be True or False, got {type(causal).__name__} (it is not a mask)")
     if not isinstance(skip_masked_blocks, bool):
         raise TypeError(f"skip_masked_blocks must be True or False, got {type(skip_masked_blocks).__name__}")
-    return _positive_int(block_size, "block_size")
+    return _validate.positive_int(block_size, "block_size")
 
 
 def _expect(name, t, shape, device):
@@ -95,7 +95,7 @@ def _first_query(k_start, causal, skip):
     return k_start if causal and skip else 0
 
 
-def _causal_scores(scores, q_start, k_start, causal):
+def mask_future_keys(scores, q_start, k_start, causal):
     """Mask the scores of keys after each query (-inf), only in blocks that cross the diagonal."""
     q_end, k_end = q_start + scores.shape[-2], k_start + scores.shape[-1]
     if not causal or k_end - 1 <= q_start:  # every key is at or before every query
@@ -110,8 +110,8 @@ def causal_block_map(L_q, L_k, block_size):
 
     A pair is skipped when all its keys come after all its queries (entirely above the diagonal).
     """
-    L_q, L_k = _positive_int(L_q, "L_q"), _positive_int(L_k, "L_k")
-    block_size = _positive_int(block_size, "block_size")
+    L_q, L_k = _validate.positive_int(L_q, "L_q"), _validate.positive_int(L_k, "L_k")
+    block_size = _validate.positive_int(block_size, "block_size")
     computed = torch.zeros(math.ceil(L_q / block_size), math.ceil(L_k / block_size), dtype=torch.bool)
     for i, (_, q_end) in enumerate(_blocks(L_q, block_size)):
         key_blocks = _blocks(_key_end(q_end, L_k, causal=True, skip=True), block_size)
@@ -136,8 +136,7 @@ def running_logsumexp(score_blocks):
     of keys each, left to right (the last block may be narrower). Returns lse [..., L_q].
     Each row's first block must hold a finite score (with a causal mask key 0 always does).
     """
-    if len(score_blocks) == 0:
-        raise ValueError("score_blocks must hold at least one block of scores [..., L_q, B_k]")
+    _validate.score_blocks(score_blocks)
     first = score_blocks[0]
     running_max = first.new_full(first.shape[:-1], float("-inf"))  # m, per query: nothing seen yet
     running_sum = first.new_zeros(first.shape[:-1])  # l = sum of exp(s - m), per query
@@ -177,10 +176,10 @@ def flash_attention_forward(q, k, v, causal=False, block_size=64, skip_masked_bl
             k_j = k[..., k_start:k_end, :].to(stats_dtype)
             v_j = v[..., k_start:k_end, :].to(stats_dtype)
             # S = Q K^T * scale, for this block only
-            s = _causal_scores(q_i @ k_j.transpose(-2, -1) * scale, q_start, k_start, causal)
+            s = mask_future_keys(q_i @ k_j.transpose(-2, -1) * scale, q_start, k_start, causal)
             # online softmax: raise the running max m, rescale the sum l and output o collected so far
             new_max = torch.maximum(running_max, s.amax(dim=-1, keepdim=True))
-            shift = _safe_shift(new_max)
+            shift = safe_shift(new_max)
             rescale = torch.exp(running_max - shift)
             p = torch.exp(s - shift)
             running_sum = running_sum * rescale + p.sum(dim=-1, keepdim=True)
@@ -203,13 +202,9 @@ def block_backward(q_i, k_j, v_j, do_i, lse_i, d_i, scale, q_start=0, k_start=0,
     d_i [..., B_q]: D = rowsum(dO * O); scale: the factor of the scores, 1/sqrt(d).
     q_start, k_start, causal: where the blocks sit, for the causal mask (the exercise leaves them out).
     """
-    if lse_i.shape != q_i.shape[:-1] or d_i.shape != q_i.shape[:-1]:  # else they would broadcast silently
-        raise ValueError(
-            f"lse_i and d_i must have shape {tuple(q_i.shape[:-1])}, one number per query of q_i, "
-            f"got {tuple(lse_i.shape)} and {tuple(d_i.shape)}"
-        )
+    _validate.block_statistics(q_i, lse_i, d_i)
     # S = Q K^T * scale and P = exp(S - L): the forward's probabilities, rebuilt (L covers all keys)
-    s = _causal_scores(q_i @ k_j.transpose(-2, -1) * scale, q_start, k_start, causal)
+    s = mask_future_keys(q_i @ k_j.transpose(-2, -1) * scale, q_start, k_start, causal)
     p = torch.exp(s - lse_i[..., None])
     dv_j = p.transpose(-2, -1) @ do_i  # dV = P^T dO
     dp = do_i @ v_j.transpose(-2, -1)  # dP = dO V^T

@@ -25,6 +25,8 @@ import string
 import pandas as pd
 import torch
 
+from course_utils import _validate
+
 __all__ = [
     "previous_token_score",
     "next_token_score",
@@ -44,41 +46,6 @@ __all__ = [
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
 
 
-def _check_attn(attn, min_len=1):
-    if not isinstance(attn, torch.Tensor) or attn.dim() < 2 or attn.shape[-1] != attn.shape[-2]:
-        shape = tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__
-        raise ValueError(f"attn must be a tensor [..., seq, seq] of self-attention weights, got {shape}")
-    if attn.shape[-1] < min_len:
-        raise ValueError(f"this score needs at least {min_len} tokens, got {attn.shape[-1]}")
-    _check_weights(attn)
-
-
-def _check_weights(attn):
-    """Weights, not raw scores: every entry >= 0 and every row sums to 1 (what softmax gives)."""
-    if not attn.is_floating_point():
-        raise ValueError(f"attn must hold floating-point attention weights, got {attn.dtype}")
-    # float16/bfloat16 keep about 3 significant digits, so their rows sum to 1 less exactly
-    tolerance = 1e-3 if attn.dtype in (torch.float32, torch.float64) else 3e-2
-    row_sums = attn.double().sum(-1)
-    if bool((attn < 0).any()) or not bool(((row_sums - 1).abs() <= tolerance).all()):
-        raise ValueError(
-            f"attn must be attention weights, every entry >= 0 and every row summing to 1; got entries from "
-            f"{attn.min().item():.3g} to {attn.max().item():.3g} and row sums from {row_sums.min().item():.3g} to "
-            f"{row_sums.max().item():.3g}. Raw scores (q k^T / sqrt(d_k)) need torch.softmax(scores, dim=-1) first"
-        )
-
-
-def _check_tokens(attn, tokens):
-    if isinstance(tokens, str) or not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
-        what = "one string" if isinstance(tokens, str) else type(tokens).__name__
-        raise TypeError(
-            f"tokens must be a list (or tuple) of strings, one per position, got {what}; "
-            f"attention_maps() returns such a list with its weights"
-        )
-    if len(tokens) != attn.shape[-1]:
-        raise ValueError(f"{len(tokens)} tokens for attention over {attn.shape[-1]} positions")
-
-
 def _weight_on(attn, key_mask):
     """Mean over all queries of the total weight on the chosen keys -> [...]."""
     key_mask = torch.tensor(key_mask, device=attn.device, dtype=attn.dtype)
@@ -88,22 +55,22 @@ def _weight_on(attn, key_mask):
 
 def previous_token_score(attn):
     """Mean weight of query i on key i-1, over queries 1..seq-1 (query 0 has no previous token)."""
-    _check_attn(attn, min_len=2)
+    _validate.attention_map(attn, min_len=2)
     # the diagonal just below the main one holds attn[i, i-1] for i = 1..seq-1
     return attn.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
 
 
 def next_token_score(attn):
     """Mean weight of query i on key i+1, over queries 0..seq-2 (the last token has no next one)."""
-    _check_attn(attn, min_len=2)
+    _validate.attention_map(attn, min_len=2)
     return attn.diagonal(offset=1, dim1=-2, dim2=-1).mean(-1)
 
 
 def cls_score(attn, tokens=None):
     """Mean weight on the first token ([CLS] in BERT), over all queries."""
-    _check_attn(attn)
+    _validate.attention_map(attn)
     if tokens is not None:
-        _check_tokens(attn, tokens)
+        _validate.tokens_for(attn, tokens)
         if tokens[0] != "[CLS]":
             raise ValueError(f"the first token is {tokens[0]!r}, not [CLS]")
     return attn[..., 0].mean(-1)
@@ -111,8 +78,8 @@ def cls_score(attn, tokens=None):
 
 def sep_score(attn, tokens):
     """Mean total weight on the [SEP] token(s), over all queries."""
-    _check_attn(attn)
-    _check_tokens(attn, tokens)
+    _validate.attention_map(attn)
+    _validate.tokens_for(attn, tokens)
     is_sep = [t == "[SEP]" for t in tokens]
     if not any(is_sep):
         raise ValueError("there is no [SEP] token in tokens")
@@ -126,8 +93,8 @@ def is_punctuation(token):
 
 def punctuation_score(attn, tokens):
     """Mean total weight on punctuation tokens, over all queries."""
-    _check_attn(attn)
-    _check_tokens(attn, tokens)
+    _validate.attention_map(attn)
+    _validate.tokens_for(attn, tokens)
     is_punct = [is_punctuation(t) for t in tokens]
     if not any(is_punct):
         raise ValueError(f"there is no punctuation among the tokens {tokens}")
@@ -140,8 +107,8 @@ def same_word_score(attn, tokens):
     Only queries whose token occurs more than once count; the diagonal (a token
     attending to itself) does not, or every self-attending head would score.
     """
-    _check_attn(attn)
-    _check_tokens(attn, tokens)
+    _validate.attention_map(attn)
+    _validate.tokens_for(attn, tokens)
     seq = len(tokens)
     same = torch.tensor([[tokens[i] == tokens[j] and i != j for j in range(seq)] for i in range(seq)])
     # special tokens and punctuation repeat too, but that is not a lexical pattern
@@ -194,7 +161,7 @@ def score_heads(attn, tokens, patterns=None):
     if not isinstance(attn, torch.Tensor) or attn.dim() != 4:
         shape = tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__
         raise ValueError(f"attn must be [layers, heads, seq, seq] for one sentence, got {shape}")
-    _check_tokens(attn, tokens)
+    _validate.tokens_for(attn, tokens)
     names = list(PATTERNS) if patterns is None else list(patterns)
     unknown = [n for n in names if n not in PATTERNS]
     if unknown:

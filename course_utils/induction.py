@@ -22,15 +22,14 @@ and head ablation measured as the loss on the second half, with bootstrap interv
 """
 
 import json
-import operator
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from course_utils import _validate
 from course_utils.attention import MultiHeadAttention, causal_mask
-from course_utils.head_scores import _check_weights
 
 __all__ = [
     "DATA_DIR",
@@ -62,30 +61,6 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 # ---------------------------------------------------------------------------
 
 
-def _check_induction_input(weights, half_len):
-    if not isinstance(weights, torch.Tensor) or weights.dim() < 3:
-        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
-        raise ValueError(f"weights must be attention weights [..., heads, T, T], got {got}")
-    if weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(
-            f"weights must be square self-attention maps [..., heads, T, T] (one row per query, one column per "
-            f"key of the same sequence), got {tuple(weights.shape)}"
-        )
-    try:
-        half_len = None if isinstance(half_len, bool) else operator.index(half_len)
-    except TypeError:
-        half_len = None
-    if half_len is None or half_len < 1:
-        raise ValueError(f"half_len must be a positive int, the length of the repeated half, got {half_len!r}")
-    if weights.shape[-1] != 2 * half_len:
-        raise ValueError(
-            f"the sequence has T = {weights.shape[-1]} positions but half_len = {half_len}: a sequence made of one "
-            f"half repeated has T = 2 * half_len = {2 * half_len} positions"
-        )
-    _check_weights(weights)
-    return half_len
-
-
 def induction_scores(weights, half_len):
     """[..., heads, T, T] weights on one random half repeated -> [..., heads] induction scores.
 
@@ -93,7 +68,7 @@ def induction_scores(weights, half_len):
     t - half_len + 1: the token that followed the current token's first occurrence.
     1 = a perfect induction head; a head spreading its weight evenly scores about 1/t.
     """
-    half_len = _check_induction_input(weights, half_len)
+    half_len = _validate.induction_input(weights, half_len)
     # the diagonal at offset -(half_len - 1) holds weights[t, t - half_len + 1] for t = half_len - 1 .. T - 1;
     # its first entry is query half_len - 1 (still the first half), so drop it
     diagonal = weights.diagonal(offset=-(half_len - 1), dim1=-2, dim2=-1)

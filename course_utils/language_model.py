@@ -30,13 +30,13 @@ the cache's size.
 """
 
 import json
-import operator
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from course_utils import _validate
 from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
 from course_utils.data import data_path
 from course_utils.modern import GroupedQueryAttention, apply_rope, repeat_kv
@@ -123,64 +123,17 @@ def corpus_splits(num_stories=1500, validation_share=10, seed=0):
 # ---------------------------------------------------------------- the loss and sampling (the exercises)
 
 
-def _check_logits(logits, min_dim, layout):
-    if not isinstance(logits, torch.Tensor):
-        raise TypeError(f"logits must be a torch.Tensor {layout}, got {type(logits).__name__}")
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be floating point (scores, e.g. float32), got {logits.dtype}: use logits.float()")
-    if logits.dim() < min_dim:
-        raise ValueError(f"logits must have shape {layout}, got {tuple(logits.shape)}")
-
-
-def _check_loss_inputs(logits, tokens):
-    _check_logits(logits, 3, "[batch, seq_len, vocab]")
-    if logits.dim() != 3:
-        raise ValueError(f"logits must have shape [batch, seq_len, vocab], got {tuple(logits.shape)}")
-    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.dim() != 2:
-        got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be an integer tensor [batch, seq_len], got {got}")
-    if tokens.shape != logits.shape[:2]:
-        raise ValueError(
-            f"logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} must share [batch, seq_len]: "
-            f"the logits are the model's output on these tokens"
-        )
-    if tokens.shape[1] < 2:
-        raise ValueError(f"predicting the next token needs seq_len >= 2, got {tokens.shape[1]}")
-
-
 def next_token_loss(logits, tokens):
     """Mean cross-entropy of position t's logits against token t + 1.
 
     logits: [B, T, V], the model's output on tokens [B, T]. The last position has no next
     token and the first token is never a target, so B * (T - 1) predictions are scored.
     """
-    _check_loss_inputs(logits, tokens)
+    _validate.loss_inputs(logits, tokens)
     predictions = logits[:, :-1]  # position t predicts ...
     targets = tokens[:, 1:]  # ... token t + 1
     # cross_entropy takes raw scores (it applies log_softmax itself) as [N, V] against [N]
     return F.cross_entropy(predictions.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-
-def _optional_positive_int(value, name):
-    if value is None:
-        return None
-    try:
-        number = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        number = None
-    if number is None or number < 1:
-        raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
-    return number
-
-
-def _check_filter_inputs(logits, temperature, top_k, top_p):
-    _check_logits(logits, 1, "[..., vocab]")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r} (for greedy decoding use argmax)")
-    top_k = _optional_positive_int(top_k, "top_k")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
-    return top_k
 
 
 def filter_logits(logits, temperature=1.0, top_k=None, top_p=None):
@@ -192,7 +145,7 @@ def filter_logits(logits, temperature=1.0, top_k=None, top_p=None):
     least one token is always kept. Both apply to the logits after the temperature. Kept
     logits are not changed: softmax renormalises over the kept tokens by itself.
     """
-    top_k = _check_filter_inputs(logits, temperature, top_k, top_p)
+    top_k = _validate.filter_inputs(logits, temperature, top_k, top_p)
     logits = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]
@@ -211,9 +164,7 @@ def filter_logits(logits, temperature=1.0, top_k=None, top_p=None):
 
 def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     """One token id per row of logits [B, V], drawn from softmax(filter_logits(...)): ids [B]."""
-    _check_logits(logits, 2, "[batch, vocab]")
-    if logits.dim() != 2:
-        raise ValueError(f"logits must have shape [batch, vocab], got {tuple(logits.shape)}")
+    _validate.batch_logits(logits)
     probs = filter_logits(logits, temperature, top_k, top_p).softmax(dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
@@ -230,7 +181,7 @@ class LayerCache:
     """
 
     def __init__(self, window=None, sinks=0):
-        self.window = _optional_positive_int(window, "window")
+        self.window = _validate.optional_positive_int(window, "window")
         if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
             raise ValueError(f"sinks must be an int >= 0, got {sinks!r}")
         if sinks and window is None:
@@ -369,18 +320,10 @@ def attention_weights(model, tokens):
 # ---------------------------------------------------------------- generation
 
 
-def _check_prompt(model, prompt, steps):
-    model._check_tokens(prompt)
-    if prompt.shape[1] < 1:
-        raise ValueError("the prompt needs at least one token")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
-
-
 @torch.no_grad()
 def decode_with_cache(model, prompt, steps):
     """Greedy decoding with a KV cache: prompt ids [B, P] -> [B, P + steps] (the exercise of section 5)."""
-    _check_prompt(model, prompt, steps)
+    _validate.prompt_inputs(model, prompt, steps)
     caches = [LayerCache() for _ in model.blocks]  # one per layer: each layer has keys and values of its own
     tokens, new_tokens = prompt, prompt  # the first step reads the whole prompt ("prefill")
     for _ in range(steps):
@@ -402,7 +345,7 @@ def generate(
     ``use_cache=True`` runs it on the prompt once ("prefill"), then on one new token per step.
     ``step_times``: a list that receives the seconds each step took.
     """
-    _check_prompt(model, prompt, steps)
+    _validate.prompt_inputs(model, prompt, steps)
     model.eval()
     caches = [LayerCache() for _ in model.blocks] if use_cache else None
     sequence, new_tokens = prompt, prompt

@@ -24,6 +24,8 @@ state gets wrong for a key: S_t = S_{t-1} + beta_t (v_t - S_{t-1} k_t) k_t^T, o_
 import torch
 import torch.nn.functional as F
 
+from course_utils import _validate
+
 __all__ = [
     "feature_map",
     "linear_attention_recurrent",
@@ -32,46 +34,6 @@ __all__ = [
     "decode_with_kv_cache",
     "decode_with_state",
 ]
-
-
-def _describe(x):
-    return f"a tensor of shape {list(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-
-
-def _check_qkv(q, k, v):
-    """q, k [..., T, d_k] and v [..., T, d_v]: floating tensors on one device, same batch axes, T >= 1."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() < 2:
-            raise ValueError(f"{name} must be a tensor [..., T, d] (at least 2 dims), got {_describe(x)}")
-        if not x.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if q.shape != k.shape:
-        raise ValueError(f"q and k must have the same shape [..., T, d_k], got {list(q.shape)} and {list(k.shape)}")
-    if v.shape[:-1] != k.shape[:-1]:
-        raise ValueError(f"v must be [..., T, d_v] with k's leading axes {list(k.shape[:-1])}, got {list(v.shape)}")
-    if k.shape[-2] == 0:
-        raise ValueError("the sequence is empty (T = 0): there is nothing to attend to")
-    if len({q.device, k.device, v.device}) > 1 or len({q.dtype, k.dtype, v.dtype}) > 1:
-        raise ValueError(
-            f"q, k and v must share one device and dtype, got {q.device}/{q.dtype}, {k.device}/{k.dtype}, "
-            f"{v.device}/{v.dtype}"
-        )
-
-
-def _check_beta(beta, k):
-    """beta [..., T]: one writing strength per token, between 0 (keep the state) and 2."""
-    if not isinstance(beta, torch.Tensor) or beta.shape != k.shape[:-1]:
-        raise ValueError(f"beta must be a tensor [..., T] of shape {list(k.shape[:-1])}, got {_describe(beta)}")
-    if beta.dtype != k.dtype or beta.device != k.device:
-        raise ValueError(
-            f"beta must have k's dtype and device ({k.dtype}, {k.device}), got {beta.dtype}, {beta.device}"
-        )
-    if not ((beta >= 0) & (beta <= 2)).all():
-        low, high = beta.min().item(), beta.max().item()
-        raise ValueError(
-            f"beta must lie in [0, 2] (0 keeps the state, 1 overwrites, above 2 the error grows at every write), "
-            f"got values from {low:.3g} to {high:.3g}"
-        )
 
 
 def feature_map(x):
@@ -84,7 +46,7 @@ def linear_attention_recurrent(q, k, v):
 
     q, k: [..., T, d_k]; v: [..., T, d_v]. Returns [..., T, d_v].
     """
-    _check_qkv(q, k, v)
+    _validate.linear_qkv(q, k, v)
     q, k = feature_map(q), feature_map(k)
     S = q.new_zeros(*k.shape[:-2], k.shape[-1], v.shape[-1])  # [..., d_k, d_v]: sum of phi(k_i) v_i^T
     z = q.new_zeros(*k.shape[:-2], k.shape[-1])  # [..., d_k]: sum of phi(k_i), the normaliser
@@ -103,7 +65,7 @@ def linear_attention_parallel(q, k, v):
 
     It builds the T x T matrix, like softmax attention; the recurrent form never does.
     """
-    _check_qkv(q, k, v)
+    _validate.linear_qkv(q, k, v)
     scores = feature_map(q) @ feature_map(k).transpose(-2, -1)  # [..., T, T], all positive
     T = k.shape[-2]
     scores = scores * torch.ones(T, T, dtype=torch.bool, device=k.device).tril()  # token t sees 0..t
@@ -116,8 +78,8 @@ def delta_rule(q, k, v, beta):
     q, k: [..., T, d_k]; v: [..., T, d_v]; beta: [..., T] in [0, 2]. Returns [..., T, d_v].
     q and k are L2-normalised inside; the state S [..., d_v, d_k] starts at zero; o_t = S_t q_t.
     """
-    _check_qkv(q, k, v)
-    _check_beta(beta, k)
+    _validate.linear_qkv(q, k, v)
+    _validate.beta_gates(beta, k)
     q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)  # unit keys: S k = v exactly after a write with beta = 1
     S = q.new_zeros(*k.shape[:-2], v.shape[-1], k.shape[-1])  # [..., d_v, d_k]
     outputs = []
@@ -138,7 +100,7 @@ def decode_with_kv_cache(q, k, v):
 
     ``bytes held`` entry t is the size of the cache after token t: every key and value so far.
     """
-    _check_qkv(q, k, v)
+    _validate.linear_qkv(q, k, v)
     keys, values = k[..., :0, :], v[..., :0, :]
     outputs, held = [], []
     for t in range(k.shape[-2]):
@@ -152,7 +114,7 @@ def decode_with_kv_cache(q, k, v):
 
 def decode_with_state(q, k, v):
     """Linear attention decoded token by token: (outputs [..., T, d_v], bytes held [T]), the state S and z."""
-    _check_qkv(q, k, v)
+    _validate.linear_qkv(q, k, v)
     phi_q, phi_k = feature_map(q), feature_map(k)
     S = q.new_zeros(*k.shape[:-2], k.shape[-1], v.shape[-1])
     z = q.new_zeros(*k.shape[:-2], k.shape[-1])

@@ -25,7 +25,7 @@ alone), and ``k`` marked bases all at the same distance (the memory load alone).
 import torch
 import torch.nn as nn
 
-from course_utils.attention import _positive_int
+from course_utils import _validate
 from course_utils.toy_task import sequence_ids
 from course_utils.training import fit
 from course_utils.transformer import TinyTransformer
@@ -62,51 +62,19 @@ MARKED = BASES.lower()  # a base to remember in the controls: "a" is a marked "A
 CONTROL_VOCAB = VOCAB + MARKED  # the controls' token ids 0..8 (marked base = 5 + its base id)
 
 
-def _check_recurrent_inputs(x, W_xh, W_hh, b, h0):
-    names = {"x": x, "W_xh": W_xh, "W_hh": W_hh, "b": b, "h0": h0}
-    for name, value in names.items():
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-    if x.dim() != 3:
-        hint = " (one sequence [T, d_in]? pass x[None] and h0[None]: the batch comes first)" if x.dim() == 2 else ""
-        raise ValueError(f"x must be [B, T, d_in] (batch first), got shape {tuple(x.shape)}{hint}")
-    d_in, d_h = x.shape[2], W_hh.shape[-1]
-    expected = {"W_xh": (d_in, d_h), "W_hh": (d_h, d_h), "b": (d_h,), "h0": (x.shape[0], d_h)}
-    for name, shape in expected.items():
-        if tuple(names[name].shape) != shape:
-            raise ValueError(
-                f"{name} must have shape {list(shape)} for x [B, T, d_in] = {list(x.shape)} and d_h = {d_h} "
-                f"(W_xh [d_in, d_h], W_hh [d_h, d_h], b [d_h], h0 [B, d_h]), got {list(names[name].shape)}"
-            )
-
-
 def recurrent_forward(x, W_xh, W_hh, b, h0):
     """A plain (Elman) recurrent network, one time step after the other.
 
     x: [B, T, d_in]; W_xh: [d_in, d_h]; W_hh: [d_h, d_h]; b: [d_h]; h0: [B, d_h].
     h_t = tanh(x_t W_xh + h_{t-1} W_hh + b). Returns (outputs [B, T, d_h], h_T [B, d_h]).
     """
-    _check_recurrent_inputs(x, W_xh, W_hh, b, h0)
+    _validate.recurrent_inputs(x, W_xh, W_hh, b, h0)
     h = h0
     outputs = []
     for t in range(x.shape[1]):  # sequential: step t needs the state of step t - 1
         h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b)
         outputs.append(h)
     return torch.stack(outputs, dim=1), h
-
-
-def _check_gradient_inputs(layer, inputs, distances, probe):
-    if not callable(layer):
-        raise TypeError(f"layer must be a function of x [B, T, d] -> [B, T, d_out], got {type(layer).__name__}")
-    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or not inputs.is_floating_point():
-        raise ValueError(f"inputs must be a float tensor [B, T, d], got {getattr(inputs, 'shape', type(inputs))}")
-    if not isinstance(probe, torch.Tensor) or probe.dim() != 1:
-        raise ValueError(f"probe must be one direction [d_out], got {getattr(probe, 'shape', type(probe))}")
-    bad = [t for t in distances if not 0 <= int(t) < inputs.shape[1]]
-    if bad:
-        raise ValueError(
-            f"distances must be positions 0..{inputs.shape[1] - 1} of the {inputs.shape[1]} inputs, got {bad}"
-        )
 
 
 def gradient_by_distance(layer, inputs, distances, probe):
@@ -116,7 +84,7 @@ def gradient_by_distance(layer, inputs, distances, probe):
     positions t; probe: [d_out], the fixed direction along which each output is read.
     Returns a tensor [len(distances)] of gradient norms in the inputs' dtype (lesson 05b's exercise).
     """
-    _check_gradient_inputs(layer, inputs, distances, probe)
+    _validate.gradient_inputs(layer, inputs, distances, probe)
     norms = []
     for t in distances:
         x = inputs.detach().clone().requires_grad_(True)  # a fresh leaf: gradients of earlier t do not add up
@@ -136,7 +104,10 @@ def hairpins(batch_size, stem_length, generator=None):
     Returns inputs [B, 2 * stem_length] (ids into VOCAB) and targets of the same shape:
     -100 (ignored by the loss) on the strand, the complement of the mirror base on the queries.
     """
-    batch_size, stem_length = _positive_int(batch_size, "batch_size"), _positive_int(stem_length, "stem_length")
+    batch_size, stem_length = (
+        _validate.positive_int(batch_size, "batch_size"),
+        _validate.positive_int(stem_length, "stem_length"),
+    )
     strand = torch.randint(0, len(BASES), (batch_size, stem_length), generator=generator)
     queries = torch.full((batch_size, stem_length), VOCAB.index(QUERY))
     targets = torch.full((batch_size, 2 * stem_length), -100)
@@ -147,7 +118,7 @@ def hairpins(batch_size, stem_length, generator=None):
 
 def partner_distances(stem_length):
     """How far back each query's partner base lies: 1, 3, ..., 2 * stem_length - 1."""
-    stem_length = _positive_int(stem_length, "stem_length")
+    stem_length = _validate.positive_int(stem_length, "stem_length")
     return 2 * torch.arange(stem_length) + 1
 
 
@@ -159,7 +130,7 @@ def one_marked_base(batch_size, length=32, generator=None):
     Whatever the distance, the model has one base to hold. Returns (inputs [B, length],
     targets [B, length], -100 except at the query, distances [B] from 1 to length - 1).
     """
-    batch_size, length = _positive_int(batch_size, "batch_size"), _positive_int(length, "length")
+    batch_size, length = _validate.positive_int(batch_size, "batch_size"), _validate.positive_int(length, "length")
     if length < 2:
         raise ValueError(f"length must be at least 2 (one base and the query), got {length}")
     inputs = torch.randint(0, len(BASES), (batch_size, length), generator=generator)
@@ -183,13 +154,13 @@ def marked_bases(batch_size, num_marked, max_distance=31, generator=None, min_di
     max_distance + k tokens. With k = 1 this is the distance alone, like ``one_marked_base``.
     Returns (inputs, targets, distances [B]).
     """
-    batch_size, k = _positive_int(batch_size, "batch_size"), _positive_int(num_marked, "num_marked")
-    max_distance = _positive_int(max_distance, "max_distance")
+    batch_size, k = _validate.positive_int(batch_size, "batch_size"), _validate.positive_int(num_marked, "num_marked")
+    max_distance = _validate.positive_int(max_distance, "max_distance")
     if k > max_distance:
         raise ValueError(
             f"num_marked ({k}) must be at most max_distance ({max_distance}): k bases held need k positions"
         )
-    low = k if min_distance is None else _positive_int(min_distance, "min_distance")
+    low = k if min_distance is None else _validate.positive_int(min_distance, "min_distance")
     if not k <= low <= max_distance:
         raise ValueError(f"min_distance must lie between num_marked ({k}) and max_distance ({max_distance}), got {low}")
     length = max_distance + k
@@ -220,8 +191,10 @@ class RecurrentModel(nn.Module):
 
     def __init__(self, hidden_size=80, embed_dim=16, vocab_size=_HAIRPIN_VOCAB_SIZE):
         super().__init__()
-        self.embedding = nn.Embedding(_positive_int(vocab_size, "vocab_size"), _positive_int(embed_dim, "embed_dim"))
-        self.gru = nn.GRU(embed_dim, _positive_int(hidden_size, "hidden_size"), batch_first=True)
+        self.embedding = nn.Embedding(
+            _validate.positive_int(vocab_size, "vocab_size"), _validate.positive_int(embed_dim, "embed_dim")
+        )
+        self.gru = nn.GRU(embed_dim, _validate.positive_int(hidden_size, "hidden_size"), batch_first=True)
         self.output_linear = nn.Linear(hidden_size, len(BASES))
 
     def forward(self, tokens):
@@ -231,7 +204,7 @@ class RecurrentModel(nn.Module):
 
 def attention_model(stem_length, d_model=32, num_heads=2, num_layers=2):
     """Lesson 05's TinyTransformer sized for hairpins (its read-out scores all 5 tokens; ``?`` is never a target)."""
-    stem_length = _positive_int(stem_length, "stem_length")
+    stem_length = _validate.positive_int(stem_length, "stem_length")
     return TinyTransformer(len(VOCAB), d_model, num_heads, num_layers, max_len=2 * stem_length)
 
 
@@ -323,7 +296,7 @@ def attention_on_partner(attentions, stem_length):
     Returns [layers, heads, stem_length]: entry k is query stem_length + k's weight on key
     stem_length - 1 - k (partner distance 2k + 1).
     """
-    stem_length = _positive_int(stem_length, "stem_length")
+    stem_length = _validate.positive_int(stem_length, "stem_length")
     if attentions.dim() != 5 or attentions.shape[-2:] != (2 * stem_length, 2 * stem_length):
         raise ValueError(
             f"expected attentions [layers, B, heads, {2 * stem_length}, {2 * stem_length}], "

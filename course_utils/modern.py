@@ -18,7 +18,8 @@ import numbers
 import torch
 import torch.nn as nn
 
-from course_utils.attention import _positive_int, combine_heads, scaled_dot_product_attention, split_heads
+from course_utils import _validate
+from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
 
 __all__ = [
     "repeat_kv",
@@ -52,13 +53,6 @@ def _positive_number(value, name):
     return float(value) if not isinstance(value, numbers.Integral) else int(value)
 
 
-def _tensor(name, x, min_dim, layout):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {layout}, got {type(x).__name__}")
-    if x.dim() < min_dim:
-        raise ValueError(f"{name} must have shape {layout}, got {tuple(x.shape)}")
-
-
 # --------------------------------------------------------------------------- grouped-query attention
 
 
@@ -68,10 +62,7 @@ def repeat_kv(x, n_rep):
     Query head j uses key/value head j // n_rep, so the copies of one head sit
     next to each other (repeat_interleave, not repeat, which would tile them).
     """
-    _tensor("x", x, 4, "[batch, kv_heads, seq_len, head_dim]")
-    if x.dim() != 4:
-        raise ValueError(f"x must have shape [batch, kv_heads, seq_len, head_dim], got {tuple(x.shape)}")
-    n_rep = _positive_int(n_rep, "n_rep")
+    n_rep = _validate.repeat_kv_inputs(x, n_rep)
     return x.repeat_interleave(n_rep, dim=1)
 
 
@@ -88,7 +79,7 @@ def rope_frequencies(head_dim, base=10000.0, dtype=torch.float32):
 
 
 def _rope_sizes(head_dim, base):
-    head_dim = _positive_int(head_dim, "head_dim")
+    head_dim = _validate.positive_int(head_dim, "head_dim")
     if head_dim % 2:
         raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
     if isinstance(base, torch.Tensor) and base.dim() == 0 and not base.dtype.is_complex:
@@ -107,14 +98,7 @@ def apply_rope(x, positions, base=10000.0):
     feature order, so a model trained in one layout needs its q/k weights permuted
     to run in the other.
     """
-    _tensor("x", x, 2, "[..., seq_len, head_dim]")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
-    if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.is_floating_point():
-        got = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
-        raise ValueError(f"positions must be a 1-D integer tensor [seq_len], got {got}")
-    if positions.shape[0] != x.shape[-2]:
-        raise ValueError(f"one position per token: x has {x.shape[-2]} tokens, positions has {positions.shape[0]}")
+    _validate.rope_inputs(x, positions)
     # angles in float32 at least (float16 holds whole numbers exactly only up to 2048), and in
     # float64 for float64 inputs (float32 angles are off by about 1e-3 near position 131072)
     precision = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -132,16 +116,8 @@ def grouped_query_attention(q, k, v, positions=None, mask=None, rope_base=10000.
     rope_base is not None, at positions (default 0..S-1); then every group of
     H / H_kv query heads shares one key/value head. Returns [B, H, S, d].
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _tensor(name, t, 4, "[batch, heads, seq_len, head_dim]")
+    _validate.gqa_inputs(q, k, v, positions, rope_base)
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
-    if num_heads % num_kv_heads:
-        raise ValueError(f"q has {num_heads} heads, not a multiple of the {num_kv_heads} key/value heads")
-    if rope_base is None and positions is not None:
-        raise ValueError(
-            "positions were given, but rope_base=None means no position embedding, so they would be ignored: "
-            "pass rope_base (e.g. 10000.0) to rotate q and k by their positions, or leave out positions"
-        )
     if rope_base is not None:
         if positions is None:
             positions = torch.arange(q.shape[-2], device=q.device)
@@ -163,7 +139,7 @@ class GroupedQueryAttention(nn.Module):
     def __init__(self, d_model, num_heads, num_kv_heads, bias=False, rope_base=None):
         super().__init__()
         d_model, num_heads, num_kv_heads = (
-            _positive_int(value, name)
+            _validate.positive_int(value, name)
             for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads))
         )
         if d_model % num_heads:
@@ -209,13 +185,13 @@ def sliding_window_mask(seq_len, window, causal=True, device=None):
     keys on each side (2 * window - 1 keys in all), a two-sided local attention for
     encoders (Longformer's idea).
     """
-    seq_len = _positive_int(seq_len, "seq_len")
-    window = _positive_int(window, "window")
+    seq_len = _validate.positive_int(seq_len, "seq_len")
+    window = _validate.positive_int(window, "window")
     positions = torch.arange(seq_len, device=device)
-    return _window_rule(positions[:, None], positions[None, :], window, causal)
+    return window_rule(positions[:, None], positions[None, :], window, causal)
 
 
-def _window_rule(i, j, window, causal=True):
+def window_rule(i, j, window, causal=True):
     """May query position i attend key position j? (broadcasting index tensors)"""
     if causal:
         return (j <= i) & (i - j < window)
@@ -231,9 +207,9 @@ def sliding_window_attention(q, k, v, window, block_size=128):
     scaled_dot_product_attention(q, k, v, sliding_window_mask(n, window)).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _tensor(name, t, 2, "[..., seq_len, head_dim]")
-    window = _positive_int(window, "window")
-    block_size = _positive_int(block_size, "block_size")
+        _validate.tensor(name, t, 2, "[..., seq_len, head_dim]")
+    window = _validate.positive_int(window, "window")
+    block_size = _validate.positive_int(block_size, "block_size")
     n = q.shape[-2]
     if k.shape[-2] != n or v.shape[-2] != n:
         raise ValueError(
@@ -245,7 +221,7 @@ def sliding_window_attention(q, k, v, window, block_size=128):
         first_key = max(0, start - window + 1)
         # the rows start..end-1 and columns first_key..end-1 of the full mask, built on their own
         rows = torch.arange(start, end, device=q.device)[:, None]
-        mask = _window_rule(rows, torch.arange(first_key, end, device=q.device)[None, :], window)
+        mask = window_rule(rows, torch.arange(first_key, end, device=q.device)[None, :], window)
         block = scaled_dot_product_attention(
             q[..., start:end, :], k[..., first_key:end, :], v[..., first_key:end, :], mask
         )
@@ -274,9 +250,9 @@ def receptive_field(num_layers, window, seq_len):
 
 def _receptive_field_sizes(num_layers, window, seq_len):
     return (
-        _positive_int(num_layers, "num_layers"),
-        _positive_int(window, "window"),
-        _positive_int(seq_len, "seq_len"),
+        _validate.positive_int(num_layers, "num_layers"),
+        _validate.positive_int(window, "window"),
+        _validate.positive_int(seq_len, "seq_len"),
     )
 
 
@@ -289,7 +265,7 @@ def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, by
     bytes_per_value: 2 for bfloat16/float16 (the usual), 4 for float32, 1 for 8-bit.
     """
     num_layers, num_kv_heads, head_dim, seq_len, batch_size = (
-        _positive_int(value, name)
+        _validate.positive_int(value, name)
         for name, value in (
             ("num_layers", num_layers),
             ("num_kv_heads", num_kv_heads),
@@ -310,7 +286,7 @@ def mla_cache_bytes(num_layers, kv_lora_rank, rope_head_dim, seq_len, batch_size
     RoPE key of rope_head_dim numbers.
     """
     num_layers, kv_lora_rank, rope_head_dim, seq_len, batch_size = (
-        _positive_int(value, name)
+        _validate.positive_int(value, name)
         for name, value in (
             ("num_layers", num_layers),
             ("kv_lora_rank", kv_lora_rank),
@@ -337,7 +313,7 @@ class MultiHeadLatentAttention(nn.Module):
     def __init__(self, d_model, num_heads, head_dim, kv_lora_rank, rope_head_dim, rope_base=10000.0):
         super().__init__()
         d_model, num_heads, head_dim, kv_lora_rank, rope_head_dim = (
-            _positive_int(value, name)
+            _validate.positive_int(value, name)
             for name, value in (
                 ("d_model", d_model),
                 ("num_heads", num_heads),
@@ -422,7 +398,7 @@ def causal_mod(b, h, q_idx, kv_idx):
 
 
 def sliding_window_mod(window):
-    window = _positive_int(window, "window")
+    window = _validate.positive_int(window, "window")
 
     def mask_mod(b, h, q_idx, kv_idx):
         return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
@@ -435,8 +411,7 @@ def document_mod(document_ids):
 
     document_ids: [S] integer tensor, the document each position belongs to.
     """
-    if not isinstance(document_ids, torch.Tensor) or document_ids.dim() != 1 or document_ids.is_floating_point():
-        raise ValueError("document_ids must be a 1-D integer tensor, one document id per position")
+    _validate.document_ids(document_ids)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return (document_ids[q_idx] == document_ids[kv_idx]) & (q_idx >= kv_idx)
@@ -457,7 +432,7 @@ def prefix_lm_mod(prefix_len):
 
 def alibi_slopes(num_heads):
     """ALiBi's per-head slopes 2^(-8/H), 2^(-16/H), ..., 2^(-8) (Press et al., 2022; H a power of 2)."""
-    num_heads = _positive_int(num_heads, "num_heads")
+    num_heads = _validate.positive_int(num_heads, "num_heads")
     if num_heads & (num_heads - 1):
         raise ValueError(f"this form of the slopes needs a power-of-two number of heads, got {num_heads}")
     return 2.0 ** (-8.0 * torch.arange(1, num_heads + 1) / num_heads)

@@ -23,7 +23,8 @@ hidden size makes its parameter count as close as it gets to the attention mixer
 import torch
 import torch.nn as nn
 
-from course_utils.attention import _positive_int, causal_mask, scaled_dot_product_attention
+from course_utils import _validate
+from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.linear_attention import delta_rule, linear_attention_parallel
 from course_utils.modern import sliding_window_mask
 from course_utils.training import fit, training_step
@@ -51,21 +52,6 @@ QUESTION = NUM_VALUES  # the value id of a query token: "which value goes with t
 MIXERS = ("softmax", "linear", "delta", "window", "gru")
 
 
-def _check_ids(keys, values, queries):
-    for name, x in (("keys", keys), ("values", values), ("queries", queries)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_floating_point():
-            raise ValueError(f"{name} must be an integer tensor [B, n], got {getattr(x, 'shape', type(x).__name__)}")
-    if values.shape != keys.shape or queries.shape[0] != keys.shape[0]:
-        raise ValueError(
-            f"keys and values must be [B, P] alike and queries [B, Q] with the same B, got "
-            f"{list(keys.shape)}, {list(values.shape)}, {list(queries.shape)}"
-        )
-    if keys.shape[1] == 0 or queries.shape[1] == 0:
-        raise ValueError("a recall sequence needs at least one pair and one query")
-    if queries.min() < 0 or queries.max() >= keys.shape[1]:
-        raise ValueError(f"queries are indices of pairs, 0..{keys.shape[1] - 1}, got {queries.min()}..{queries.max()}")
-
-
 def recall_sequences(keys, values, queries):
     """The pairs, then the queries: (tokens [B, P + Q, 2], targets [B, P + Q]).
 
@@ -73,7 +59,7 @@ def recall_sequences(keys, values, queries):
     tokens[..., 0] is a key id, tokens[..., 1] a value id (QUESTION on the queries);
     targets are -100 (ignored by the loss) on the pairs and the asked value on each query.
     """
-    _check_ids(keys, values, queries)
+    _validate.recall_ids(keys, values, queries)
     asked_keys = keys.gather(1, queries)  # [B, Q]: the key of each pair asked for
     answers = values.gather(1, queries)  # [B, Q]: and its value, what the model must say
     pairs = torch.stack([keys, values], dim=-1)  # [B, P, 2]
@@ -84,9 +70,9 @@ def recall_sequences(keys, values, queries):
 
 def random_recall_batch(batch_size, num_pairs, num_queries, generator=None):
     """Random sequences: (tokens, targets, distances [B, Q]) with ``distances`` from each query back to its pair."""
-    batch_size = _positive_int(batch_size, "batch_size")
-    num_pairs = _positive_int(num_pairs, "num_pairs")
-    num_queries = _positive_int(num_queries, "num_queries")
+    batch_size = _validate.positive_int(batch_size, "batch_size")
+    num_pairs = _validate.positive_int(num_pairs, "num_pairs")
+    num_queries = _validate.positive_int(num_queries, "num_queries")
     if num_pairs > NUM_KEYS or num_queries > num_pairs:
         raise ValueError(f"need num_queries <= num_pairs <= {NUM_KEYS}, got {num_queries} and {num_pairs}")
     keys = torch.rand(batch_size, NUM_KEYS, generator=generator).argsort(dim=1)[:, :num_pairs]  # distinct
@@ -153,7 +139,7 @@ class RecallModel(nn.Module):
         super().__init__()
         if mixer not in MIXERS:
             raise ValueError(f"mixer must be one of {MIXERS}, got {mixer!r}")
-        d_model, window = _positive_int(d_model, "d_model"), _positive_int(window, "window")
+        d_model, window = _validate.positive_int(d_model, "d_model"), _validate.positive_int(window, "window")
         self.mixer_name, self.d_model, self.window = mixer, d_model, window
         self.key_embedding = nn.Embedding(NUM_KEYS, d_model)
         self.value_embedding = nn.Embedding(NUM_VALUES + 1, d_model)  # + 1: QUESTION
@@ -176,7 +162,7 @@ def count_parameters(module):
 
 def state_numbers(model, seq_len):
     """How many numbers the mixer keeps while it decodes token ``seq_len``: what it can recall from."""
-    d, seq_len = model.d_model, _positive_int(seq_len, "seq_len")
+    d, seq_len = model.d_model, _validate.positive_int(seq_len, "seq_len")
     return {
         "softmax": 2 * d * seq_len,  # every key and value: the KV cache
         "window": 2 * d * min(seq_len, model.window),
@@ -235,7 +221,7 @@ def train_on_recall(
     scheduled for ``steps``): the history then has their losses and, if ``eval_sets`` is given,
     the accuracy after the last of them.
     """
-    pair_counts = tuple(_positive_int(p, "pair count") for p in pair_counts)
+    pair_counts = tuple(_validate.positive_int(p, "pair count") for p in pair_counts)
     losses = []
 
     def sample_batch(generator):

@@ -12,15 +12,9 @@ positive with exp).
 
 import torch
 
+from course_utils import _validate
+
 __all__ = ["stable_softmax", "naive_softmax", "normalise_scores"]
-
-
-def _check(x):
-    if not isinstance(x, torch.Tensor):
-        fix = "torch.from_numpy(x).float()" if type(x).__module__ == "numpy" else "torch.tensor(x, dtype=torch.float32)"
-        raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {type(x).__name__}: use {fix}")
-    if not x.is_floating_point():
-        raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {x.dtype}: use x.float()")
 
 
 def normalise_scores(scores):
@@ -30,7 +24,7 @@ def normalise_scores(scores):
 
 def naive_softmax(x, dim=-1):
     """The textbook formula, for comparison only: overflows for scores above ~88 in float32."""
-    _check(x)
+    _validate.softmax_input(x)
     exp = torch.exp(x)
     return exp / exp.sum(dim=dim, keepdim=True)
 
@@ -40,7 +34,7 @@ def stable_softmax(x, dim=-1):
 
     A row that is entirely -inf has no softmax (0/0): it gives NaN, as torch.softmax does.
     """
-    _check(x)
+    _validate.softmax_input(x)
     # each row's own maximum, kept as a size-1 axis so it broadcasts back over the row
     row_max = x.amax(dim=dim, keepdim=True)
     exp = torch.exp(x - row_max)  # out of place: the caller's x stays as it was

@@ -19,7 +19,8 @@ import math
 import torch
 import torch.nn as nn
 
-from course_utils.attention import MultiHeadAttention, _positive_int
+from course_utils import _validate
+from course_utils.attention import MultiHeadAttention
 
 __all__ = [
     "FeedForward",
@@ -36,7 +37,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
-        d_model, d_ff = _positive_int(d_model, "d_model"), _positive_int(d_ff, "d_ff")
+        d_model, d_ff = _validate.positive_int(d_model, "d_model"), _validate.positive_int(d_ff, "d_ff")
         self.linear1 = nn.Linear(d_model, d_ff)
         self.activation = nn.GELU()  # exact (erf) GELU, as in BERT
         self.linear2 = nn.Linear(d_ff, d_model)
@@ -78,7 +79,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False, layer_norm_eps=1e-5, qkv_bias=True):
         super().__init__()
-        d_model = _positive_int(d_model, "d_model")
+        d_model = _validate.positive_int(d_model, "d_model")
         self.norm_first = norm_first
         self.self_attention = MultiHeadAttention(d_model, num_heads, qkv_bias=qkv_bias, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
@@ -108,7 +109,10 @@ class Encoder(nn.Module):
         self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False, layer_norm_eps=1e-5, qkv_bias=True
     ):
         super().__init__()
-        num_layers, d_model = _positive_int(num_layers, "num_layers"), _positive_int(d_model, "d_model")
+        num_layers, d_model = (
+            _validate.positive_int(num_layers, "num_layers"),
+            _validate.positive_int(d_model, "d_model"),
+        )
         self.layers = nn.ModuleList(
             EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, layer_norm_eps, qkv_bias)
             for _ in range(num_layers)
@@ -141,7 +145,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model, max_len=512):
         super().__init__()
-        d_model, max_len = _positive_int(d_model, "d_model"), _positive_int(max_len, "max_len")
+        d_model, max_len = _validate.positive_int(d_model, "d_model"), _validate.positive_int(max_len, "max_len")
         self.d_model = d_model
         position = torch.arange(max_len).unsqueeze(1)
         # wavelengths grow geometrically from 2*pi to 10000*2*pi across the features
@@ -182,7 +186,10 @@ class TinyTransformer(nn.Module):
         dropout=0.0,
     ):
         super().__init__()
-        vocab_size, d_model = _positive_int(vocab_size, "vocab_size"), _positive_int(d_model, "d_model")
+        vocab_size, d_model = (
+            _validate.positive_int(vocab_size, "vocab_size"),
+            _validate.positive_int(d_model, "d_model"),
+        )
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size}")
         self.vocab_size = vocab_size

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from course_utils.attention import MultiHeadAttention, _positive_int, causal_mask
+from course_utils import _validate
+from course_utils.attention import MultiHeadAttention, causal_mask
 from course_utils.training import fit
 from course_utils.transformer import Encoder, FeedForward, SinusoidalPositionalEncoding
 
@@ -285,7 +286,7 @@ class TranslationTask:
     def training_sentences(self, n, generator=None):
         """``n`` random sentences without any held-out adjective-noun pair."""
         seen = _noun_phrases(held_out=False)
-        return self._sentences(_positive_int(n, "n"), generator, seen, seen)
+        return self._sentences(_validate.positive_int(n, "n"), generator, seen, seen)
 
     def sample(self, batch_size, generator=None):
         """A training batch for ``fit``: ((source, target_in), target_out)."""
@@ -293,7 +294,7 @@ class TranslationTask:
 
     def held_out(self, n=300, seed=1):
         """``n`` distinct sentences, each with at least one held-out pair (in either phrase)."""
-        n = _positive_int(n, "n")
+        n = _validate.positive_int(n, "n")
         generator = torch.Generator().manual_seed(seed)
         new, seen = _noun_phrases(held_out=True), _noun_phrases(held_out=False)
         candidates = [" ".join(p) for p in new]  # every one-phrase sentence first: "the blue car", ...
@@ -373,7 +374,7 @@ class Translator(nn.Module):
 
     def __init__(self, d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=None, max_len=32):
         super().__init__()
-        d_model = _positive_int(d_model, "d_model")
+        d_model = _validate.positive_int(d_model, "d_model")
         d_ff = d_ff or 4 * d_model
         self.source_embedding = nn.Embedding(len(SOURCE_VOCAB), d_model)
         self.target_embedding = nn.Embedding(len(TARGET_VOCAB), d_model)
@@ -381,7 +382,7 @@ class Translator(nn.Module):
         self.encoder = Encoder(num_encoder_layers, d_model, num_heads, d_ff)
         self.decoder_layers = nn.ModuleList(
             DecoderLayer(d_model, num_heads, d_ff)
-            for _ in range(_positive_int(num_decoder_layers, "num_decoder_layers"))
+            for _ in range(_validate.positive_int(num_decoder_layers, "num_decoder_layers"))
         )
         self.output_linear = nn.Linear(d_model, len(TARGET_VOCAB))
 
@@ -435,7 +436,7 @@ def greedy_decode(model, source, max_len=None):
     was_training = model.training
     model.eval()
     encoder_output, source_padding_mask = model.encode(source.to(next(model.parameters()).device))
-    max_len = 2 * source.shape[1] + 2 if max_len is None else _positive_int(max_len, "max_len")
+    max_len = 2 * source.shape[1] + 2 if max_len is None else _validate.positive_int(max_len, "max_len")
     written = decode_greedily(model, encoder_output, source_padding_mask, max_len)
     model.train(was_training)
     return written.cpu()
@@ -541,23 +542,6 @@ def _other_gender(noun):
     return other[same.index(noun)]
 
 
-def _check_swap(sentences, donors, position):
-    if isinstance(sentences, str) or isinstance(donors, str):
-        raise TypeError("sentences and donors must be lists of strings, e.g. ['the blue car'] and ['the blue dog']")
-    sentences, donors = list(sentences), list(donors)
-    if len(sentences) != len(donors) or not sentences:
-        raise ValueError(f"one donor per sentence: got {len(sentences)} sentences and {len(donors)} donors")
-    for sentence, donor in zip(sentences, donors, strict=True):
-        if len(sentence.split()) != len(donor.split()):
-            raise ValueError(
-                f"a donor must have as many words as its sentence, so that position {position} is the same word "
-                f"slot in both: {sentence!r} and {donor!r}"
-            )
-    longest = max(len(s.split()) for s in sentences)
-    if not isinstance(position, int) or not 0 <= position < longest:
-        raise ValueError(f"position must be a word position 0..{longest - 1} of the sentences, got {position!r}")
-
-
 @torch.no_grad()
 def swap_and_translate(model, sentences, donors, position, max_len=8):
     """The swap intervention (lesson 05c's third exercise): translate each sentence with the encoder's
@@ -566,7 +550,7 @@ def swap_and_translate(model, sentences, donors, position, max_len=8):
     Everything else (the other positions, the padding mask) is the sentence's own. Returns the
     French sentences (strings), decoded greedily.
     """
-    _check_swap(sentences, donors, position)
+    _validate.swap_inputs(sentences, donors, position)
     device = next(model.parameters()).device
     (source, _), _ = encode_batch(list(sentences))
     (donor_source, _), _ = encode_batch(list(donors))

@@ -19,7 +19,7 @@ two or four patches, so the model has to find the patches that hold it and combi
 import torch
 import torch.nn as nn
 
-from course_utils.attention import _positive_int
+from course_utils import _validate
 from course_utils.transformer import Encoder
 
 __all__ = [
@@ -70,7 +70,7 @@ def make_shape_images(n, generator, image_size=16, noise=0.1):
     masks [n, size, size] bool = the shape's pixels). Background pixels are N(0, noise^2),
     the shape's pixels 1 + N(0, noise^2).
     """
-    n, image_size = _positive_int(n, "n"), _positive_int(image_size, "image_size")
+    n, image_size = _validate.positive_int(n, "n"), _validate.positive_int(image_size, "image_size")
     if image_size < _SHAPE_SIZE:
         raise ValueError(f"image_size must be at least {_SHAPE_SIZE} to hold a shape, got {image_size}")
     if not isinstance(generator, torch.Generator):
@@ -119,27 +119,13 @@ def seen_in_training(masks, training_masks):
 
 def patch_grid(image_height, image_width, patch_size):
     """(rows, cols) of patches; a clear error if the image is not a whole number of patches."""
-    p = _positive_int(patch_size, "patch_size")
+    p = _validate.positive_int(patch_size, "patch_size")
     if image_height % p or image_width % p:
         raise ValueError(
             f"an image of {image_height}x{image_width} pixels cannot be cut into whole {p}x{p} patches: "
             f"height and width must be multiples of patch_size={p} (crop or pad the image first)"
         )
     return image_height // p, image_width // p
-
-
-def _check_images(images):
-    """[B, C, H, W]; a channels-last batch [B, H, W, C] (as image libraries store it) is refused by name."""
-    if not isinstance(images, torch.Tensor) or images.dim() != 4:
-        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-        raise ValueError(f"images must be a tensor [batch, channels, height, width], got {shape}")
-    _, c, h, w = images.shape
-    if w in (1, 3, 4) and c == h and c > 4:  # e.g. [2, 16, 16, 4]: a 16x16 RGBA image read as 16 channels
-        raise ValueError(
-            f"images of shape {tuple(images.shape)} look channels-last [batch, height, width, channels] "
-            f"({h}x{c} pixels, {w} channels); the course's images are channels-first [batch, channels, height, "
-            f"width]: pass images.permute(0, 3, 1, 2)"
-        )
 
 
 def patchify(images, patch_size):
@@ -149,7 +135,7 @@ def patchify(images, patch_size):
     flattened channel first, then row, then column ("C, p, p"): the same order as
     ``F.unfold`` and as the weights [d_model, C, p, p] of ViT's Conv2d patch embedding.
     """
-    _check_images(images)
+    _validate.image_batch(images)
     b, c, h, w = images.shape
     rows, cols = patch_grid(h, w, patch_size)
     p = patch_size
@@ -174,12 +160,12 @@ class TinyViT(nn.Module):
         self, image_size=16, patch_size=4, channels=1, num_classes=4, d_model=32, num_heads=2, num_layers=2, d_ff=None
     ):
         super().__init__()
-        self.patch_size = _positive_int(patch_size, "patch_size")
-        self.channels = _positive_int(channels, "channels")
-        self.image_size = _positive_int(image_size, "image_size")
+        self.patch_size = _validate.positive_int(patch_size, "patch_size")
+        self.channels = _validate.positive_int(channels, "channels")
+        self.image_size = _validate.positive_int(image_size, "image_size")
         self.grid = patch_grid(self.image_size, self.image_size, self.patch_size)
         num_patches = self.grid[0] * self.grid[1]
-        d_model = _positive_int(d_model, "d_model")
+        d_model = _validate.positive_int(d_model, "d_model")
         # a Linear on each flattened patch: the same weights for every patch, like the word embedding of a sentence
         self.patch_embedding = nn.Linear(self.channels * self.patch_size**2, d_model)
         # [CLS]: one learned vector put in front of the patches; its final state is what the head reads
@@ -187,7 +173,7 @@ class TinyViT(nn.Module):
         # learned positions (ViT's choice), one per token, [CLS] included; small at the start, as in ViT
         self.position_embedding = nn.Parameter(0.02 * torch.randn(1, num_patches + 1, d_model))
         self.encoder = Encoder(num_layers, d_model, num_heads, d_ff or 4 * d_model, norm_first=True)
-        self.head = nn.Linear(d_model, _positive_int(num_classes, "num_classes"))
+        self.head = nn.Linear(d_model, _validate.positive_int(num_classes, "num_classes"))
 
     def embed(self, images):
         """[B, C, H, W] -> [B, 1 + num_patches, d_model]: what the first encoder layer sees."""
@@ -225,14 +211,14 @@ class TinyCNN(nn.Module):
 
     def __init__(self, channels=1, num_classes=4, width=8):
         super().__init__()
-        width = _positive_int(width, "width")
+        width = _validate.positive_int(width, "width")
         self.features = nn.Sequential(
-            nn.Conv2d(_positive_int(channels, "channels"), width, kernel_size=3, padding=1),
+            nn.Conv2d(_validate.positive_int(channels, "channels"), width, kernel_size=3, padding=1),
             nn.GELU(),
             nn.Conv2d(width, 2 * width, kernel_size=3, padding=1),
             nn.GELU(),
         )
-        self.head = nn.Linear(2 * width, _positive_int(num_classes, "num_classes"))
+        self.head = nn.Linear(2 * width, _validate.positive_int(num_classes, "num_classes"))
 
     def forward(self, images):
         """[B, C, H, W] -> [B, num_classes]: the strongest response of each feature anywhere in the image."""
@@ -284,21 +270,6 @@ def attention_rollout(attentions):
     return rollout
 
 
-def _check_occlusion(images, which, patch_size, background):
-    _check_images(images)
-    b, _, h, w = images.shape
-    rows, cols = patch_grid(h, w, patch_size)
-    if not isinstance(which, torch.Tensor) or tuple(which.shape) != (b, rows * cols) or which.dtype != torch.bool:
-        got = f"{tuple(which.shape)} {which.dtype}" if isinstance(which, torch.Tensor) else type(which).__name__
-        raise ValueError(
-            f"which must be a bool tensor [batch, num_patches] = [{b}, {rows * cols}] (True = replace this patch, "
-            f"numbered as patchify numbers them), got {got}"
-        )
-    if not isinstance(background, torch.Tensor) or background.shape != images.shape:
-        got = tuple(background.shape) if isinstance(background, torch.Tensor) else type(background).__name__
-        raise ValueError(f"background must be a tensor of the images' shape {tuple(images.shape)}, got {got}")
-
-
 def occlude_patches(images, which, patch_size, background):
     """A copy of ``images`` [B, C, H, W] in which every patch marked in ``which`` [B, num_patches] (bool)
     holds the pixels of ``background`` (same shape) instead (lesson 05d's second exercise).
@@ -306,7 +277,7 @@ def occlude_patches(images, which, patch_size, background):
     Patches are numbered as ``patchify`` numbers them, row by row. The occlusion test: does the
     answer change when a patch's content is gone?
     """
-    _check_occlusion(images, which, patch_size, background)
+    _validate.occlusion_inputs(images, which, patch_size, background)
     b, _, h, w = images.shape
     rows, cols = h // patch_size, w // patch_size
     # one flag per patch [B, rows, cols] -> one per pixel [B, 1, H, W]: each flag repeated over its p x p pixels

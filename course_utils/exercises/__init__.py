@@ -269,6 +269,37 @@ def solution(exercise_id):
     return _lookup(exercise_id).solution
 
 
+def _is_input_check(statement):
+    """``_validate.<check>(...)`` or ``x = _validate.<check>(...)``: a call of course_utils._validate."""
+    call = statement.value if isinstance(statement, (ast.Expr, ast.Assign)) else None
+    function = getattr(call, "func", None) if isinstance(call, ast.Call) else None
+    return (
+        isinstance(function, ast.Attribute)
+        and isinstance(function.value, ast.Name)
+        and function.value.id == "_validate"
+    )
+
+
+def _without_input_checks(source):
+    """``source`` without the input checks that open each function and method: the algorithm a learner
+    writes. The checks are whole statements (a call over several lines goes whole), found by the AST."""
+    drop = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = node.body
+        first = body[0]
+        start = 1 if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else 0
+        checks = []
+        for statement in body[start:]:
+            if not _is_input_check(statement):
+                break
+            checks.append(statement)
+        if len(checks) < len(body) - start:  # a body of checks only stays: a function needs a body
+            drop.update(line for s in checks for line in range(s.lineno, s.end_lineno + 1))
+    return "".join(line for number, line in enumerate(source.splitlines(keepends=True), 1) if number not in drop)
+
+
 def _names_used(source):
     return {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
 
@@ -319,12 +350,13 @@ def _with_local_import(source, import_line):
 
 def show_solution(exercise_id):
     """Show the reference solution (the code course_utils runs), ready to paste into the exercise cell:
-    its source, preceded by the imports of everything it uses (helpers of the course included)."""
+    its source without its input checks (the ``_validate`` calls at the top of each function), preceded
+    by the imports of everything it uses (helpers of the course included)."""
     try:
         sol = solution(exercise_id)
     except KeyError as e:
         return _show(e.args[0])
-    source = textwrap.dedent(inspect.getsource(sol))
+    source = _without_input_checks(textwrap.dedent(inspect.getsource(sol)))
     module = sys.modules[sol.__module__]
     others = _other_exercises_used(exercise_id, source, module) if inspect.isfunction(sol) else []
     imports = "\n".join(_imports_for(source, module, leave_out=others))

@@ -1,0 +1,580 @@
+"""Input checks of the course's reference functions, in one place.
+
+Each check raises a clear error that says what was expected (and, for the usual slips, how
+to fix them); none changes its inputs (a few return a size as a plain int). A reference
+function calls its checks first, as ``_validate.<check>(...)`` statements at the top of its
+body, so the rest reads like the lesson: ``show_solution`` leaves those statements out and
+prints the algorithm a learner writes.
+"""
+
+import operator
+
+import torch
+
+# ---------------------------------------------------------------- sizes, q/k/v, masks, multi-head attention
+# (course_utils.attention; positive_int serves every module)
+
+
+def positive_int(value, name):
+    """``value`` as a Python int if it is a whole number >= 1 (numpy integers too), else a clear error."""
+    # operator.index accepts int, np.int64, a 0-d integer tensor ...; it refuses 2.0 and "2".
+    # bool is an int in Python (True == 1), but as a size it is always a slip.
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+    return number
+
+
+def not_a_tensor(name, x):
+    """The fix for the usual non-tensors: numpy arrays (float64) and nested lists."""
+    if type(x).__module__ == "numpy":
+        fix = f"torch.from_numpy({name}).float() (numpy gives float64; the course works in float32)"
+    else:
+        fix = f"torch.tensor({name}, dtype=torch.float32)"
+    return TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}: convert it with {fix}")
+
+
+def qkv(q, k, v):
+    """Tensors [..., L, features] of one floating dtype and device, d_k and L_k matching, batch dims broadcasting."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise not_a_tensor(name, t)
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have shape [..., seq_len, features], got {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor (e.g. float32), got {t.dtype}: use {name}.float()")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(
+            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}: convert them with "
+            f".float() (torch.from_numpy gives float64)"
+        )
+    if not q.device == k.device == v.device:
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}: move them with .to(device)"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same feature size d_k to take dot products: "
+            f"q is {tuple(q.shape)}, k is {tuple(k.shape)}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of positions (one value per key): "
+            f"k is {tuple(k.shape)}, v is {tuple(v.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the leading (batch, head) dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)} do not broadcast: they must be equal (or 1)"
+        ) from None
+
+
+def zero_one(mask, name, meaning):
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of 0/1 or bool, got {type(mask).__name__}: {meaning}")
+    if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError(f"{name} must hold only 0/1 (or False/True): {meaning}")
+
+
+def batch_first_advice(mask, scores_shape):
+    """Why a mask whose first dim is the batch size did not fit, and what does."""
+    batch, n = scores_shape[0], len(scores_shape)
+    if n < 3 or batch == 1 or mask.dim() >= n or mask.shape[0] != batch:
+        return ""
+    advice = f". Its first dim looks like the batch size {batch}, but a mask lines up with the scores from the right"
+    if n <= 4:
+        axes = ["batch", "heads", "L_q", "L_k"] if n == 4 else ["batch", "L_q", "L_k"]
+        advice += f": a {mask.dim()}-D mask is read as [{', '.join(axes[-mask.dim() :])}]"
+    singletons = ", ".join(["None"] * (n - mask.dim()))
+    advice += f". Keep the batch first with one singleton dim per missing axis: mask[:, {singletons}]"
+    if mask.dim() == 2:
+        advice += " (padding_mask() returns [batch, 1, 1, L_k]), or pass the [batch, L_k] mask as key_padding_mask=mask"
+    return advice
+
+
+def mask_fits(mask, scores_shape, device):
+    zero_one(mask, "mask", "1 = may attend, 0 = may not")
+    try:
+        # the mask may broadcast *to* the scores' shape, never enlarge it
+        # (a [B, 1, 1, L] padding mask on 3-D scores would silently give [B, B, L, L])
+        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores_shape)} ([..., L_q, L_k]); 1/True marks allowed positions"
+            + batch_first_advice(mask, scores_shape)
+        )
+    if mask.device != device:
+        raise ValueError(f"mask is on {mask.device} but q, k, v are on {device}: use mask.to(q.device)")
+
+
+def key_padding_mask_fits(key_padding_mask, scores_shape, device):
+    zero_one(key_padding_mask, "key_padding_mask", "1 = a real token that may be attended, 0 = padding")
+    if len(scores_shape) < 3:
+        raise ValueError(
+            "key_padding_mask needs batched inputs q [batch, ..., L_q, d_k]; "
+            "for one unbatched sequence pass its [L_k] mask as mask="
+        )
+    expected = (scores_shape[0], scores_shape[-1])
+    if tuple(key_padding_mask.shape) != expected:
+        raise ValueError(
+            f"key_padding_mask must have shape [batch, L_k] = [{expected[0]}, {expected[1]}], "
+            f"got {tuple(key_padding_mask.shape)}"
+        )
+    if key_padding_mask.device != device:
+        raise ValueError(f"key_padding_mask is on {key_padding_mask.device} but q, k, v are on {device}")
+
+
+def attention_masks(mask, key_padding_mask, q, k):
+    """Both masks of scaled_dot_product_attention fit the scores q k^T [..., L_q, L_k] (either may be None)."""
+    scores_shape = torch.Size((*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    if mask is not None:
+        mask_fits(mask, scores_shape, q.device)
+    if key_padding_mask is not None:
+        key_padding_mask_fits(key_padding_mask, scores_shape, q.device)
+
+
+def describe(x):
+    """What a shape check got instead of a tensor, in words a learner can act on."""
+    if isinstance(x, torch.Tensor):
+        return f"shape {tuple(x.shape)}"
+    if isinstance(x, tuple):
+        # the usual slip: scaled_dot_product_attention returns the pair (output, weights)
+        return "a tuple: scaled_dot_product_attention returns (output, weights); pass on the output only"
+    return type(x).__name__
+
+
+def split_heads_inputs(x, num_heads):
+    """num_heads as an int, if x is [batch, seq_len, d_model] and d_model splits into num_heads heads."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError(f"split_heads expects a [batch, seq_len, d_model] tensor, got {describe(x)}")
+    num_heads = positive_int(num_heads, "num_heads")
+    d_model = x.shape[-1]
+    if d_model % num_heads != 0:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    return num_heads
+
+
+def combine_heads_input(x):
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"combine_heads expects a [batch, heads, seq_len, head_dim] tensor, got {describe(x)}")
+
+
+def mha_sizes(d_model, num_heads):
+    """(d_model, num_heads) as ints, if every head gets the same number of features."""
+    d_model, num_heads = positive_int(d_model, "d_model"), positive_int(num_heads, "num_heads")
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} must be divisible by num_heads={num_heads} "
+            f"so every head gets d_model // num_heads features"
+        )
+    return d_model, num_heads
+
+
+def mha_inputs(mha, query, key, value):
+    """query, key, value must fit the layer: [batch, length, d_model], the weights' dtype and device."""
+    weight = mha.query_linear.weight
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise not_a_tensor(name, t)
+        if t.dim() != 3 or t.shape[-1] != mha.d_model:
+            raise ValueError(f"{name} must have shape [batch, seq_len, d_model={mha.d_model}], got {tuple(t.shape)}")
+        if t.dtype != weight.dtype:
+            raise TypeError(
+                f"{name} is {t.dtype} but the layer's weights are {weight.dtype}: use {name}.to({weight.dtype}) "
+                f"(torch.from_numpy gives float64), or convert the layer to match"
+            )
+        if t.device != weight.device:
+            raise ValueError(f"{name} is on {t.device} but the layer is on {weight.device}: use {name}.to(device)")
+    if not query.shape[0] == key.shape[0] == value.shape[0]:
+        raise ValueError(
+            f"query, key and value must have the same batch size, got "
+            f"{query.shape[0]}, {key.shape[0]} and {value.shape[0]}"
+        )
+    if key.shape[1] != value.shape[1]:
+        raise ValueError(
+            f"key and value must have the same length L_k (one value per key), got "
+            f"key {tuple(key.shape)} and value {tuple(value.shape)}"
+        )
+
+
+# ---------------------------------------------------------------- softmax (course_utils.softmax)
+
+
+def softmax_input(x):
+    if not isinstance(x, torch.Tensor):
+        fix = "torch.from_numpy(x).float()" if type(x).__module__ == "numpy" else "torch.tensor(x, dtype=torch.float32)"
+        raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {type(x).__name__}: use {fix}")
+    if not x.is_floating_point():
+        raise TypeError(f"softmax needs a floating-point tensor (e.g. float32), got {x.dtype}: use x.float()")
+
+
+# ---------------------------------------------------------------- online softmax, tiled attention (course_utils.efficient)
+
+
+def online_softmax_input(x):
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1 or x.shape[-1] == 0:
+        what = f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a non-empty floating-point tensor [..., n], got {what}")
+
+
+def tiled_inputs(q, k, v, causal):
+    qkv(q, k, v)  # tensors of one dtype and device, matching sizes, batch dims that broadcast
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        raise ValueError(f"q and k need at least one position, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if causal and q.shape[-2] > k.shape[-2]:
+        raise ValueError(
+            f"causal=True needs L_q <= L_k (the queries are the last L_q positions), "
+            f"got L_q={q.shape[-2]}, L_k={k.shape[-2]}"
+        )
+
+
+# ---------------------------------------------------------------- FlashAttention (course_utils.flash)
+
+
+def score_blocks(blocks):
+    if len(blocks) == 0:
+        raise ValueError("score_blocks must hold at least one block of scores [..., L_q, B_k]")
+
+
+def block_statistics(q_i, lse_i, d_i):
+    """lse_i and d_i hold one number per query of q_i (a wrong shape would broadcast silently)."""
+    if lse_i.shape != q_i.shape[:-1] or d_i.shape != q_i.shape[:-1]:
+        raise ValueError(
+            f"lse_i and d_i must have shape {tuple(q_i.shape[:-1])}, one number per query of q_i, "
+            f"got {tuple(lse_i.shape)} and {tuple(d_i.shape)}"
+        )
+
+
+# ---------------------------------------------------------------- modern attention (course_utils.modern)
+
+
+def tensor(name, x, min_dim, layout):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {layout}, got {type(x).__name__}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have shape {layout}, got {tuple(x.shape)}")
+
+
+def repeat_kv_inputs(x, n_rep):
+    """n_rep as an int, if x is [batch, kv_heads, seq_len, head_dim]."""
+    tensor("x", x, 4, "[batch, kv_heads, seq_len, head_dim]")
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape [batch, kv_heads, seq_len, head_dim], got {tuple(x.shape)}")
+    return positive_int(n_rep, "n_rep")
+
+
+def rope_inputs(x, positions):
+    tensor("x", x, 2, "[..., seq_len, head_dim]")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.is_floating_point():
+        got = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be a 1-D integer tensor [seq_len], got {got}")
+    if positions.shape[0] != x.shape[-2]:
+        raise ValueError(f"one position per token: x has {x.shape[-2]} tokens, positions has {positions.shape[0]}")
+
+
+def gqa_inputs(q, k, v, positions, rope_base):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        tensor(name, t, 4, "[batch, heads, seq_len, head_dim]")
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"q has {num_heads} heads, not a multiple of the {num_kv_heads} key/value heads")
+    if rope_base is None and positions is not None:
+        raise ValueError(
+            "positions were given, but rope_base=None means no position embedding, so they would be ignored: "
+            "pass rope_base (e.g. 10000.0) to rotate q and k by their positions, or leave out positions"
+        )
+
+
+def document_ids(ids):
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point():
+        raise ValueError("document_ids must be a 1-D integer tensor, one document id per position")
+
+
+# ---------------------------------------------------------------- language model (course_utils.language_model)
+
+
+def logits_tensor(logits, min_dim, layout):
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor {layout}, got {type(logits).__name__}")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point (scores, e.g. float32), got {logits.dtype}: use logits.float()")
+    if logits.dim() < min_dim:
+        raise ValueError(f"logits must have shape {layout}, got {tuple(logits.shape)}")
+
+
+def batch_logits(logits):
+    """logits [batch, vocab], one row per sequence to draw a token for."""
+    logits_tensor(logits, 2, "[batch, vocab]")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must have shape [batch, vocab], got {tuple(logits.shape)}")
+
+
+def loss_inputs(logits, tokens):
+    logits_tensor(logits, 3, "[batch, seq_len, vocab]")
+    if logits.dim() != 3:
+        raise ValueError(f"logits must have shape [batch, seq_len, vocab], got {tuple(logits.shape)}")
+    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.dim() != 2:
+        got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be an integer tensor [batch, seq_len], got {got}")
+    if tokens.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} must share [batch, seq_len]: "
+            f"the logits are the model's output on these tokens"
+        )
+    if tokens.shape[1] < 2:
+        raise ValueError(f"predicting the next token needs seq_len >= 2, got {tokens.shape[1]}")
+
+
+def optional_positive_int(value, name):
+    if value is None:
+        return None
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < 1:
+        raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
+    return number
+
+
+def filter_inputs(logits, temperature, top_k, top_p):
+    logits_tensor(logits, 1, "[..., vocab]")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r} (for greedy decoding use argmax)")
+    top_k = optional_positive_int(top_k, "top_k")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+    return top_k
+
+
+def prompt_inputs(model, prompt, steps):
+    model._check_tokens(prompt)
+    if prompt.shape[1] < 1:
+        raise ValueError("the prompt needs at least one token")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+
+
+# ---------------------------------------------------------------- linear attention, delta rule (course_utils.linear_attention)
+
+
+def shape_or_type(x):
+    return f"a tensor of shape {list(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def linear_qkv(q, k, v):
+    """q, k [..., T, d_k] and v [..., T, d_v]: floating tensors on one device, same batch axes, T >= 1."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() < 2:
+            raise ValueError(f"{name} must be a tensor [..., T, d] (at least 2 dims), got {shape_or_type(x)}")
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if q.shape != k.shape:
+        raise ValueError(f"q and k must have the same shape [..., T, d_k], got {list(q.shape)} and {list(k.shape)}")
+    if v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"v must be [..., T, d_v] with k's leading axes {list(k.shape[:-1])}, got {list(v.shape)}")
+    if k.shape[-2] == 0:
+        raise ValueError("the sequence is empty (T = 0): there is nothing to attend to")
+    if len({q.device, k.device, v.device}) > 1 or len({q.dtype, k.dtype, v.dtype}) > 1:
+        raise ValueError(
+            f"q, k and v must share one device and dtype, got {q.device}/{q.dtype}, {k.device}/{k.dtype}, "
+            f"{v.device}/{v.dtype}"
+        )
+
+
+def beta_gates(beta, k):
+    """beta [..., T]: one writing strength per token, between 0 (keep the state) and 2."""
+    if not isinstance(beta, torch.Tensor) or beta.shape != k.shape[:-1]:
+        raise ValueError(f"beta must be a tensor [..., T] of shape {list(k.shape[:-1])}, got {shape_or_type(beta)}")
+    if beta.dtype != k.dtype or beta.device != k.device:
+        raise ValueError(
+            f"beta must have k's dtype and device ({k.dtype}, {k.device}), got {beta.dtype}, {beta.device}"
+        )
+    if not ((beta >= 0) & (beta <= 2)).all():
+        low, high = beta.min().item(), beta.max().item()
+        raise ValueError(
+            f"beta must lie in [0, 2] (0 keeps the state, 1 overwrites, above 2 the error grows at every write), "
+            f"got values from {low:.3g} to {high:.3g}"
+        )
+
+
+# ---------------------------------------------------------------- recurrence and gradients (course_utils.long_range)
+
+
+def recurrent_inputs(x, W_xh, W_hh, b, h0):
+    names = {"x": x, "W_xh": W_xh, "W_hh": W_hh, "b": b, "h0": h0}
+    for name, value in names.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if x.dim() != 3:
+        hint = " (one sequence [T, d_in]? pass x[None] and h0[None]: the batch comes first)" if x.dim() == 2 else ""
+        raise ValueError(f"x must be [B, T, d_in] (batch first), got shape {tuple(x.shape)}{hint}")
+    d_in, d_h = x.shape[2], W_hh.shape[-1]
+    expected = {"W_xh": (d_in, d_h), "W_hh": (d_h, d_h), "b": (d_h,), "h0": (x.shape[0], d_h)}
+    for name, shape in expected.items():
+        if tuple(names[name].shape) != shape:
+            raise ValueError(
+                f"{name} must have shape {list(shape)} for x [B, T, d_in] = {list(x.shape)} and d_h = {d_h} "
+                f"(W_xh [d_in, d_h], W_hh [d_h, d_h], b [d_h], h0 [B, d_h]), got {list(names[name].shape)}"
+            )
+
+
+def gradient_inputs(layer, inputs, distances, probe):
+    if not callable(layer):
+        raise TypeError(f"layer must be a function of x [B, T, d] -> [B, T, d_out], got {type(layer).__name__}")
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or not inputs.is_floating_point():
+        raise ValueError(f"inputs must be a float tensor [B, T, d], got {getattr(inputs, 'shape', type(inputs))}")
+    if not isinstance(probe, torch.Tensor) or probe.dim() != 1:
+        raise ValueError(f"probe must be one direction [d_out], got {getattr(probe, 'shape', type(probe))}")
+    bad = [t for t in distances if not 0 <= int(t) < inputs.shape[1]]
+    if bad:
+        raise ValueError(
+            f"distances must be positions 0..{inputs.shape[1] - 1} of the {inputs.shape[1]} inputs, got {bad}"
+        )
+
+
+# ---------------------------------------------------------------- attention weights and induction heads
+# (course_utils.head_scores, course_utils.induction)
+
+
+def attention_weights(attn):
+    """Weights, not raw scores: every entry >= 0 and every row sums to 1 (what softmax gives)."""
+    if not attn.is_floating_point():
+        raise ValueError(f"attn must hold floating-point attention weights, got {attn.dtype}")
+    # float16/bfloat16 keep about 3 significant digits, so their rows sum to 1 less exactly
+    tolerance = 1e-3 if attn.dtype in (torch.float32, torch.float64) else 3e-2
+    row_sums = attn.double().sum(-1)
+    if bool((attn < 0).any()) or not bool(((row_sums - 1).abs() <= tolerance).all()):
+        raise ValueError(
+            f"attn must be attention weights, every entry >= 0 and every row summing to 1; got entries from "
+            f"{attn.min().item():.3g} to {attn.max().item():.3g} and row sums from {row_sums.min().item():.3g} to "
+            f"{row_sums.max().item():.3g}. Raw scores (q k^T / sqrt(d_k)) need torch.softmax(scores, dim=-1) first"
+        )
+
+
+def attention_map(attn, min_len=1):
+    if not isinstance(attn, torch.Tensor) or attn.dim() < 2 or attn.shape[-1] != attn.shape[-2]:
+        shape = tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__
+        raise ValueError(f"attn must be a tensor [..., seq, seq] of self-attention weights, got {shape}")
+    if attn.shape[-1] < min_len:
+        raise ValueError(f"this score needs at least {min_len} tokens, got {attn.shape[-1]}")
+    attention_weights(attn)
+
+
+def tokens_for(attn, tokens):
+    if isinstance(tokens, str) or not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
+        what = "one string" if isinstance(tokens, str) else type(tokens).__name__
+        raise TypeError(
+            f"tokens must be a list (or tuple) of strings, one per position, got {what}; "
+            f"attention_maps() returns such a list with its weights"
+        )
+    if len(tokens) != attn.shape[-1]:
+        raise ValueError(f"{len(tokens)} tokens for attention over {attn.shape[-1]} positions")
+
+
+def induction_input(weights, half_len):
+    if not isinstance(weights, torch.Tensor) or weights.dim() < 3:
+        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise ValueError(f"weights must be attention weights [..., heads, T, T], got {got}")
+    if weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(
+            f"weights must be square self-attention maps [..., heads, T, T] (one row per query, one column per "
+            f"key of the same sequence), got {tuple(weights.shape)}"
+        )
+    try:
+        half_len = None if isinstance(half_len, bool) else operator.index(half_len)
+    except TypeError:
+        half_len = None
+    if half_len is None or half_len < 1:
+        raise ValueError(f"half_len must be a positive int, the length of the repeated half, got {half_len!r}")
+    if weights.shape[-1] != 2 * half_len:
+        raise ValueError(
+            f"the sequence has T = {weights.shape[-1]} positions but half_len = {half_len}: a sequence made of one "
+            f"half repeated has T = 2 * half_len = {2 * half_len} positions"
+        )
+    attention_weights(weights)
+    return half_len
+
+
+# ---------------------------------------------------------------- associative recall (course_utils.recall)
+
+
+def recall_ids(keys, values, queries):
+    for name, x in (("keys", keys), ("values", values), ("queries", queries)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_floating_point():
+            raise ValueError(f"{name} must be an integer tensor [B, n], got {getattr(x, 'shape', type(x).__name__)}")
+    if values.shape != keys.shape or queries.shape[0] != keys.shape[0]:
+        raise ValueError(
+            f"keys and values must be [B, P] alike and queries [B, Q] with the same B, got "
+            f"{list(keys.shape)}, {list(values.shape)}, {list(queries.shape)}"
+        )
+    if keys.shape[1] == 0 or queries.shape[1] == 0:
+        raise ValueError("a recall sequence needs at least one pair and one query")
+    if queries.min() < 0 or queries.max() >= keys.shape[1]:
+        raise ValueError(f"queries are indices of pairs, 0..{keys.shape[1] - 1}, got {queries.min()}..{queries.max()}")
+
+
+# ---------------------------------------------------------------- translation (course_utils.translation)
+
+
+def swap_inputs(sentences, donors, position):
+    if isinstance(sentences, str) or isinstance(donors, str):
+        raise TypeError("sentences and donors must be lists of strings, e.g. ['the blue car'] and ['the blue dog']")
+    sentences, donors = list(sentences), list(donors)
+    if len(sentences) != len(donors) or not sentences:
+        raise ValueError(f"one donor per sentence: got {len(sentences)} sentences and {len(donors)} donors")
+    for sentence, donor in zip(sentences, donors, strict=True):
+        if len(sentence.split()) != len(donor.split()):
+            raise ValueError(
+                f"a donor must have as many words as its sentence, so that position {position} is the same word "
+                f"slot in both: {sentence!r} and {donor!r}"
+            )
+    longest = max(len(s.split()) for s in sentences)
+    if not isinstance(position, int) or not 0 <= position < longest:
+        raise ValueError(f"position must be a word position 0..{longest - 1} of the sentences, got {position!r}")
+
+
+# ---------------------------------------------------------------- images and patches (course_utils.vision)
+
+
+def image_batch(images):
+    """[B, C, H, W]; a channels-last batch [B, H, W, C] (as image libraries store it) is refused by name."""
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ValueError(f"images must be a tensor [batch, channels, height, width], got {shape}")
+    _, c, h, w = images.shape
+    if w in (1, 3, 4) and c == h and c > 4:  # e.g. [2, 16, 16, 4]: a 16x16 RGBA image read as 16 channels
+        raise ValueError(
+            f"images of shape {tuple(images.shape)} look channels-last [batch, height, width, channels] "
+            f"({h}x{c} pixels, {w} channels); the course's images are channels-first [batch, channels, height, "
+            f"width]: pass images.permute(0, 3, 1, 2)"
+        )
+
+
+def occlusion_inputs(images, which, patch_size, background):
+    from course_utils.vision import patch_grid  # here, not at the top: course_utils.vision imports this module
+
+    image_batch(images)
+    b, _, h, w = images.shape
+    rows, cols = patch_grid(h, w, patch_size)
+    if not isinstance(which, torch.Tensor) or tuple(which.shape) != (b, rows * cols) or which.dtype != torch.bool:
+        got = f"{tuple(which.shape)} {which.dtype}" if isinstance(which, torch.Tensor) else type(which).__name__
+        raise ValueError(
+            f"which must be a bool tensor [batch, num_patches] = [{b}, {rows * cols}] (True = replace this patch, "
+            f"numbered as patchify numbers them), got {got}"
+        )
+    if not isinstance(background, torch.Tensor) or background.shape != images.shape:
+        got = tuple(background.shape) if isinstance(background, torch.Tensor) else type(background).__name__
+        raise ValueError(f"background must be a tensor of the images' shape {tuple(images.shape)}, got {got}")
