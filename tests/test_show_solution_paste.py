@@ -14,7 +14,7 @@ import linecache
 import nbformat
 import pytest
 
-from course_utils.exercises import check, show_solution
+from course_utils.exercises import check, exercise_ids, show_solution
 from tests.notebook_tools import code_cells, exercise_cells, lesson_notebooks, stub_name
 
 
@@ -81,6 +81,15 @@ def test_pasted_solution_leaves_the_other_exercises_alone(cell, before, others, 
 
 def test_every_lesson_has_exercises_to_paste():
     assert len(list(_exercises())) >= 7
+
+
+def test_every_exercise_id_is_pasted_here():
+    # an id registered without an exercise cell in a lesson would have its shown solution never run
+    pasted = [param.values[0].metadata["exercise_id"] for param in _exercises()]
+    assert sorted(pasted) == exercise_ids(), (
+        f"ids without an exercise cell: {sorted(set(exercise_ids()) - set(pasted))}; "
+        f"exercise cells of unregistered ids: {sorted(set(pasted) - set(exercise_ids()))}"
+    )
 
 
 def _course_like_solution(scores):
