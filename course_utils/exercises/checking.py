@@ -432,13 +432,17 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
 
     known_mistakes: (message, tensor the mistake would produce) pairs.
     nonfinite_advice: what to say when the output has NaN/inf that the reference has not.
-    A float64 output where the reference is float32 is a mistake of its own.
+    A float64 output where the reference is float32 is a mistake of its own; so is an output
+    that is not a dense tensor on the reference's device, or has another dtype than a
+    reference that is not float64.
     """
     where = f" ({context})" if context else ""
     if isinstance(got, torch.Tensor) and (expected.dtype, got.dtype) == (torch.float32, torch.float64):
         raise Mistake(_float64_message(f"({context})" if context else ""))
     expect_tensor(got, expected.shape, what=what)
     expect_plain(got, expected.device, f"{what}{where}")
+    if expected.dtype != torch.float64:  # a float64 reference is an oracle for any floating dtype
+        expect_same_dtype(got, expected.dtype, what, context)
     if close(got, expected, atol, rtol):
         return
     for message, wrong in known_mistakes:

@@ -15,7 +15,17 @@ import torch.nn.functional as F
 
 from course_utils import language_model as lm
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, close, describe, diagnose, expect_tensor, generator, randn
+from course_utils.exercises.checking import (
+    Mistake,
+    call,
+    close,
+    describe,
+    diagnose,
+    expect_plain,
+    expect_tensor,
+    generator,
+    randn,
+)
 
 # Distinctive phrases, one per mistake (the tests look for them).
 LOSS_NO_SHIFT = "you compared each position with its own token"
@@ -408,8 +418,10 @@ def _draw(candidate, logits, kwargs, seed):
     return call(candidate, logits, **kwargs, generator=torch.Generator().manual_seed(seed))
 
 
-def _expect_ids(got, batch, case):
+def _expect_ids(got, logits, case):
+    batch = len(logits)
     expect_tensor(got, what="sampled ids")
+    expect_plain(got, logits.device, "sampled ids")
     if tuple(got.shape) == (batch, 1):
         raise Mistake(
             f"your ids have shape [{batch}, 1]; the function returns {SAMPLE_NOT_SQUEEZED}, shape "
@@ -465,7 +477,7 @@ def check_sample_next_token(candidate):
                     f".softmax(dim=-1) to the filtered logits first. {case}\n{error}"
                 ) from None
             raise
-        _expect_ids(got, len(logits), case)
+        _expect_ids(got, logits, case)
         again = _draw(candidate, logits, kwargs, seed=0)
         if not torch.equal(got, again):
             raise Mistake(

@@ -21,6 +21,7 @@ from course_utils.exercises.checking import (
     NotAttempted,
     call,
     diagnose,
+    expect_plain,
     expect_same_dtype,
     expect_tensor,
     generator,
@@ -318,6 +319,7 @@ def check_sliding_window_mask(candidate):
         description = f"seq_len={seq_len}, window={window}"
         got = call(candidate, seq_len, window)
         expect_tensor(got, (seq_len, seq_len), what=f"mask for {description}")
+        expect_plain(got, torch.device("cpu"), f"mask for {description}")
         if got.dtype != torch.bool:
             if got.is_floating_point() and torch.isinf(got).any():
                 raise Mistake(

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from course_utils.attention import padding_mask
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, close, diagnose, generator
+from course_utils.exercises.checking import Mistake, call, close, diagnose, expect_plain, expect_tensor, generator
 from course_utils.toy_task import training_step
 from course_utils.transformer import EncoderLayer, TinyTransformer, encoder_layer_forward
 
@@ -160,12 +160,9 @@ def _eval_case(candidate, norm_first, with_mask, seed):
         got = call(candidate, layer, x, mask)
         again = call(candidate, layer, x, mask)
         expected = encoder_layer_forward(layer, x, mask)
-        if (
-            isinstance(got, torch.Tensor)
-            and isinstance(again, torch.Tensor)
-            and got.shape == again.shape
-            and not torch.equal(got, again)
-        ):
+        expect_tensor(got, expected.shape, what=f"output ({context})")
+        expect_plain(got, x.device, f"output ({context})")
+        if isinstance(again, torch.Tensor) and again.shape == got.shape and not close(got, again, atol=0, rtol=0):
             raise Mistake(
                 f"your output changes from one call to the next although the layer is in eval mode ({context}): "
                 "you applied dropout yourself (F.dropout's training=True by default?). Use layer.dropout, "
