@@ -12,7 +12,6 @@ from course_utils.exercises import check, solution
 from course_utils.exercises import linear_attention as ex
 from course_utils.recall import QUESTION
 from tests.exercise_asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
-from tests.test_exercise_unusual_outputs import RIGHT, WRONG
 
 # --------------------------------------------------------------------------- linear_attention_recurrent
 
@@ -238,25 +237,3 @@ def test_inputs_are_not_changed_in_place():
         return learner_delta(q, k, v, beta)
 
     assert_caught("delta_rule", normalise_k_in_place, "changed `k` in place")
-
-
-@pytest.mark.parametrize("exercise_id", ["linear_attention_recurrent", "delta_rule"])
-@pytest.mark.parametrize("name", WRONG)
-def test_unusual_outputs_are_named_not_a_checker_failure(exercise_id, name):
-    convert, phrase = WRONG[name]
-
-    def candidate(*args):
-        return convert(solution(exercise_id)(*args))
-
-    result = check(exercise_id, candidate, quiet=True)
-    assert "checker itself" not in result.message, result.message
-    assert not result.passed and phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
-
-
-@pytest.mark.parametrize("exercise_id", ["linear_attention_recurrent", "delta_rule"])
-@pytest.mark.parametrize("name", RIGHT)
-def test_unusual_but_right_outputs_pass(exercise_id, name):
-    def candidate(*args):
-        return RIGHT[name](solution(exercise_id)(*args))
-
-    assert_passes(exercise_id, candidate)
