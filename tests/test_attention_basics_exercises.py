@@ -260,7 +260,7 @@ SOFTMAX_MISTAKES = {
     ),
     "max(dim) without .values": (
         lambda x, dim=-1: (lambda e: e / e.sum(dim=dim, keepdim=True))(torch.exp(x - x.max(dim=dim, keepdim=True))),
-        ab.MAX_IS_A_PAIR,
+        checking.MAX_IS_A_PAIR,
     ),
     "in place": (_in_place_softmax, "in place"),
     "float32 result": (lambda x, dim=-1: torch.softmax(x.float(), dim=dim), checking.KEEP_DTYPE),

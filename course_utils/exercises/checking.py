@@ -27,6 +27,7 @@ __all__ = [
     "TimeLimitExceeded",
     "TIME_LIMIT_S",
     "EXIT_ADVICE",
+    "MAX_IS_A_PAIR",
     "call",
     "explain_exception",
     "expect_tensor",
@@ -86,8 +87,15 @@ EXIT_ADVICE = (
     "return a value (or raise an exception) instead."
 )
 
+MAX_IS_A_PAIR = "x.max(dim=...) gives values and indices"  # the tests look for it
+
 # Known error messages -> what a learner should do about them. First match wins.
 _EXPLANATIONS = [
+    (
+        ("return_types",),  # torch.return_types.max: what x.max(dim=...) returns
+        f"{MAX_IS_A_PAIR}: with a `dim`, `x.max(dim=-1)` returns (values, indices). Take `.values`, or use "
+        f"`x.amax(dim=-1, keepdim=True)`, which returns the values only.",
+    ),
     (
         ("view size is not compatible with input tensor's size and stride",),
         "`.view()` needs a contiguous tensor, and a permuted/transposed tensor is not contiguous: "
