@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from course_utils.exercises import check, checking, solution
+from course_utils.exercises import multihead as mh
 
 
 def result_of(exercise_id, candidate):
@@ -55,26 +56,26 @@ def test_split_heads_correct_versions_pass(candidate):
 
 
 SPLIT_MISTAKES = {
-    "reshape without permute": (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1), "straight to [B, H, S, D/H]"),
+    "reshape without permute": (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1), mh.SPLIT_NO_PERMUTE),
     "interleaved heads": (
         lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),
-        "every H-th feature",
+        mh.SPLIT_INTERLEAVED,
     ),
     "permute forgotten": (
         lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1),
-        "kept the axes in the order [B, S, H, D/H]",
+        mh.SPLIT_KEPT_SEQ_FIRST,
     ),
     "permute(0, 2, 3, 1)": (
         lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).permute(0, 2, 3, 1),
-        "that is .permute(0, 2, 3, 1)",
+        mh.SPLIT_WRONG_PERMUTE,
     ),
     "head count and head size swapped": (
         lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 2, 1, 3),
-        "D/H pieces of size H",
+        mh.SPLIT_SIZES_SWAPPED,
     ),
     "batch and heads merged": (
         lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2).reshape(-1, x.shape[1], x.shape[2] // h),
-        "merged the batch and head axes",
+        mh.SPLIT_MERGED_BATCH,
     ),
     "/ instead of //": (lambda x, h: x.reshape(x.shape[0], x.shape[1], h, x.shape[2] / h).transpose(1, 2), "//"),
     "batch size 1 only": (
@@ -136,21 +137,21 @@ def _combine_batch_one(x):
 COMBINE_MISTAKES = {
     "reshape without permute": (
         lambda x: x.reshape(x.shape[0], x.shape[2], -1),
-        "straight to [B, S, H*d] without a permute",
+        mh.COMBINE_NO_PERMUTE,
     ),
     "wrong order": (
         lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1),
-        "heads concatenated in the wrong order",
+        mh.COMBINE_WRONG_ORDER,
     ),
     "view on a non-contiguous tensor": (
         lambda x: x.permute(0, 2, 1, 3).view(x.shape[0], x.shape[2], -1),
         ".contiguous()",
     ),
-    "not merged": (lambda x: x.permute(0, 2, 1, 3), "did not merge the last two"),
-    "heads summed": (lambda x: x.sum(dim=1), "summed/averaged the heads"),
+    "not merged": (lambda x: x.permute(0, 2, 1, 3), mh.COMBINE_NOT_MERGED),
+    "heads summed": (lambda x: x.sum(dim=1), mh.COMBINE_LOST_HEADS),
     "heads stacked as positions": (
         lambda x: x.permute(0, 2, 1, 3).reshape(x.shape[0], -1, x.shape[3]),  # view(B, -1, d) with d the head size
-        "stacked along the sequence axis",
+        mh.COMBINE_HEADS_AS_POSITIONS,
     ),
     "batch size 1 only": (_combine_batch_one, checking.ONLY_UNBATCHED),
 }
@@ -478,26 +479,26 @@ class MixedBias(Learner):
 
 
 MHA_MISTAKES = [
-    (SplitNoPermute, "scrambled when splitting"),
-    (CombineNoPermute, "scrambled when combining"),
-    (BothNoPermute, "without a permute either way"),
+    (SplitNoPermute, mh.MHA_SPLIT_NO_PERMUTE),
+    (CombineNoPermute, mh.MHA_COMBINE_NO_PERMUTE),
+    (BothNoPermute, mh.MHA_BOTH_NO_PERMUTE),
     (ViewNotContiguous, ".contiguous()"),
-    (WrongOrder, "heads concatenated in the wrong order"),
-    (Interleaved, "every H-th feature"),
-    (NoOutputProjection, "missing output projection"),
-    (OneProjection, "one projection reused for Q, K and V"),
-    (AliasedProjection, "one projection reused for Q, K and V"),
-    (IgnoresKeyValue, "key/value arguments ignored"),
-    (ScaleByDModel, "scaled the scores by sqrt(d_model)"),
-    (NoScale, "did not scale the scores"),
-    (IgnoresMask, "the mask was ignored"),
-    (InvertedMask, "the mask is inverted"),
-    (InvertedMaskMinusOneE9, "the mask is inverted"),
-    (SoftmaxOverQueries, "softmax over the wrong axis"),
-    (NaiveExp, "contains NaN"),
-    (ReturnsTuple, "returned a tuple (output, weights)"),
+    (WrongOrder, mh.MHA_WRONG_ORDER),
+    (Interleaved, mh.MHA_INTERLEAVED),
+    (NoOutputProjection, mh.MHA_NO_OUTPUT_PROJECTION),
+    (OneProjection, mh.MHA_SHARED_PROJECTION),
+    (AliasedProjection, mh.MHA_SHARED_PROJECTION),
+    (IgnoresKeyValue, mh.MHA_KV_IGNORED),
+    (ScaleByDModel, mh.MHA_SCALE_MODEL),
+    (NoScale, mh.MHA_NO_SCALE),
+    (IgnoresMask, mh.MHA_MASK_IGNORED),
+    (InvertedMask, mh.MHA_INVERTED_MASK),
+    (InvertedMaskMinusOneE9, mh.MHA_INVERTED_MASK),
+    (SoftmaxOverQueries, mh.MHA_SOFTMAX_QUERIES),
+    (NaiveExp, mh.MHA_NAN),
+    (ReturnsTuple, mh.MHA_TUPLE),
     (BatchOneOnly, checking.ONLY_UNBATCHED),
-    (ReturnsHeads, "still has a heads axis"),
+    (ReturnsHeads, mh.MHA_UNCOMBINED),
     (SeedNames, "no attribute `query_linear`"),
     (PerHeadSizedProjections, "`query_linear.weight` has shape"),
     (NoOutputBias, "`output_linear` has no bias"),
@@ -602,8 +603,6 @@ def test_checker_inputs_are_not_changed_in_place():
 
 def test_the_checkers_model_of_each_mistake_agrees_with_the_reference_when_correct():
     """The checker's knob-model of MHA (_mha) with no knob turned equals the reference module."""
-    from course_utils.exercises import multihead as mh
-
     for qkv_bias in (False, True):
         w = mh._reference_weights(16, qkv_bias, seed=1)
         ref = solution("multi_head_attention")(16, 4, qkv_bias=qkv_bias)
@@ -655,7 +654,7 @@ class ReturnsTheAttentionPair(Learner):
         (NoSuperInit, ["super().__init__()", "before Module.__init__() call"]),
         (TrueDivisionHeadDim, ["//", "(checking self-attention, batch 1"]),
         (PairNotUnpacked, ["unpack", "(checking self-attention, batch 1"]),
-        (ReturnsTheAttentionPair, ["pair of scaled_dot_product_attention, still split into heads"]),
+        (ReturnsTheAttentionPair, [mh.MHA_RETURNED_ATTENTION_PAIR]),
     ],
     ids=lambda c: getattr(c, "__name__", "")[:30],
 )
@@ -708,8 +707,6 @@ def test_non_contiguous_outputs_pass():
 
 
 def test_cases_vary_every_size_a_learner_might_hard_code():
-    from course_utils.exercises import multihead as mh
-
     for cases in (mh.SPLIT_CASES, mh.COMBINE_CASES):
         for axis in range(4):
             assert len({case[axis] for case in cases}) >= 3
