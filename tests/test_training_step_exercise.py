@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.exercises import check, solution
+from course_utils.exercises import transformer_layer as tl
 from course_utils.toy_task import ToyTask, train, training_step
 from course_utils.transformer import TinyTransformer
 
@@ -104,64 +105,64 @@ def test_stub_is_not_attempted():
 
 
 def test_gradients_accumulate_without_zero_grad():
-    assert_caught(planted(zero_grad="never"), "gradients of the earlier batch", "zero_grad")
+    assert_caught(planted(zero_grad="never"), tl.STALE_GRADIENTS, "zero_grad")
 
 
 def test_zero_grad_between_backward_and_step():
-    assert_caught(planted(zero_grad="after backward"), "did not move", "BEFORE backward")
+    assert_caught(planted(zero_grad="after backward"), tl.NO_GRADIENTS, "BEFORE backward")
 
 
 def test_backward_forgotten():
-    assert_caught(planted(backward=False), "did not move", "loss.backward()")
+    assert_caught(planted(backward=False), tl.NO_GRADIENTS, "loss.backward()")
 
 
 def test_step_forgotten():
-    assert_caught(planted(step="never"), "did not move although gradients were computed", "optimizer.step()")
+    assert_caught(planted(step="never"), tl.NO_STEP, "optimizer.step()")
 
 
 @pytest.mark.parametrize("zero_grad", ["before backward", "never"])
 def test_step_before_backward(zero_grad):
-    assert_caught(planted(step="before backward", zero_grad=zero_grad), "optimizer.step() came before loss.backward()")
+    assert_caught(planted(step="before backward", zero_grad=zero_grad), tl.STEP_BEFORE_BACKWARD)
 
 
 def test_loss_over_the_wrong_axis():
-    assert_caught(planted(loss="no reshape"), "reads axis 1 (the positions) as the classes")
+    assert_caught(planted(loss="no reshape"), tl.CLASSES_ON_AXIS_1)
 
 
 def test_flattened_to_the_wrong_row_length():
-    assert_caught(planted(loss="rows of seq_len"), "different numbers of rows", "reshape(-1, logits.shape[-1])")
+    assert_caught(planted(loss="rows of seq_len"), tl.ROWS_DIFFER, "reshape(-1, logits.shape[-1])")
 
 
 def test_summed_loss():
-    assert_caught(planted(loss="sum"), "SUM over all positions")
+    assert_caught(planted(loss="sum"), tl.LOSS_SUMMED)
 
 
 def test_softmax_before_cross_entropy():
-    assert_caught(planted(loss="softmax first"), "softmax before F.cross_entropy")
+    assert_caught(planted(loss="softmax first"), tl.SOFTMAX_FIRST)
 
 
 def test_nll_loss_on_logits():
-    assert_caught(planted(loss="nll on logits"), "F.nll_loss on the raw scores")
+    assert_caught(planted(loss="nll on logits"), tl.NLL_ON_LOGITS)
 
 
 def test_scrambled_flatten():
-    assert_caught(planted(loss="transposed flatten"), "paired up wrongly")
+    assert_caught(planted(loss="transposed flatten"), tl.PAIRED_WRONGLY)
 
 
 def test_returning_the_tensor():
-    assert_caught(planted(returns="tensor"), "Python float", "loss.item()")
+    assert_caught(planted(returns="tensor"), tl.RETURN_FLOAT, "not the tensor")
 
 
 def test_returning_nothing():
-    assert_caught(planted(returns="nothing"), "returned None")
+    assert_caught(planted(returns="nothing"), "returned None", tl.RETURN_FLOAT)
 
 
 def test_returning_the_loss_after_the_update():
-    assert_caught(planted(returns="loss after the update"), "AFTER the update")
+    assert_caught(planted(returns="loss after the update"), tl.LOSS_AFTER_UPDATE)
 
 
 def test_model_left_in_eval_mode():
-    assert_caught(planted(train_mode=False), "eval mode", "model.train()")
+    assert_caught(planted(train_mode=False), tl.LEFT_IN_EVAL, "model.train()")
 
 
 def test_check_is_fast_and_leaves_global_random_state_alone():

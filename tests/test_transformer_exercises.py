@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.exercises import check, solution
+from course_utils.exercises import transformer_layer as tl
 
 ID = "encoder_layer_forward"
 
@@ -99,50 +100,50 @@ def assert_caught(candidate, *needles):
 
 
 def test_missing_attention_residual():
-    assert_caught(planted(attention_residual=False), "residual connection around self-attention is missing")
+    assert_caught(planted(attention_residual=False), tl.NO_ATTENTION_RESIDUAL)
 
 
 def test_missing_feed_forward_residual():
-    assert_caught(planted(ffn_residual=False), "residual connection around the feed-forward network is missing")
+    assert_caught(planted(ffn_residual=False), tl.NO_FFN_RESIDUAL)
 
 
 def test_pre_and_post_norm_mixed_up():
     # always post-norm: passes the post-norm cases, caught on the pre-norm layer
-    assert_caught(planted(honour_norm_first=False), "norm_first=True", "pre-norm order")
+    assert_caught(planted(honour_norm_first=False), tl.WANTS_PRE_NORM)
 
     def always_pre(layer, x, mask=None):
         h = x + layer.dropout(layer.self_attention(*(layer.norm1(x),) * 3, mask))
         return h + layer.dropout(layer.feed_forward(layer.norm2(h)))
 
-    assert_caught(always_pre, "norm_first=False", "post-norm")
+    assert_caught(always_pre, tl.WANTS_POST_NORM)
 
 
 def test_norm_before_the_residual_add():
-    assert_caught(planted(norm_then_add=True), "normalised the sublayer's output and then added x")
+    assert_caught(planted(norm_then_add=True), tl.NORM_BEFORE_ADD)
 
 
 def test_pre_norm_overwrites_residual_stream():
-    assert_caught(planted(pre_overwrites_stream=True), "residual carries the un-normalised x")
+    assert_caught(planted(pre_overwrites_stream=True), tl.PRE_NORM_STREAM)
 
 
 def test_pre_norm_with_final_norm():
-    assert_caught(planted(pre_final_norm=True), "output is not normalised")
+    assert_caught(planted(pre_final_norm=True), tl.PRE_FINAL_NORM)
 
 
 def test_norms_swapped():
-    assert_caught(planted(swap_norms=True), "norm1 and norm2 are swapped")
+    assert_caught(planted(swap_norms=True), tl.NORMS_SWAPPED)
 
 
 def test_mask_not_passed():
-    assert_caught(planted(pass_mask=False), "the mask was not used")
+    assert_caught(planted(pass_mask=False), tl.MASK_UNUSED)
 
 
 def test_own_dropout_active_in_eval():
-    assert_caught(planted(own_dropout=True), "eval mode", "layer.dropout")
+    assert_caught(planted(own_dropout=True), tl.OWN_DROPOUT, "layer.dropout")
 
 
 def test_layer_dropout_left_out_in_training():
-    assert_caught(planted(layer_dropout=False), "training mode", "layer.dropout")
+    assert_caught(planted(layer_dropout=False), tl.NO_LAYER_DROPOUT)
 
 
 def test_dropout_on_the_residual_sum():
@@ -156,11 +157,11 @@ def test_dropout_on_the_residual_sum():
         x = layer.norm1(layer.dropout(x + attend(x)))
         return layer.norm2(layer.dropout(x + layer.feed_forward(x)))
 
-    assert_caught(candidate, "layer.dropout to the sum", "before the residual addition")
+    assert_caught(candidate, tl.DROPOUT_ON_SUM, "before the residual addition")
 
 
 def test_calling_the_layer_itself_is_refused():
-    assert_caught(planted(call_layer=True), "you called the layer itself")
+    assert_caught(planted(call_layer=True), tl.LAYER_CALLED)
 
 
 def test_wrong_shape_and_exceptions_are_explained():

@@ -26,13 +26,42 @@ from course_utils.transformer import EncoderLayer, TinyTransformer, encoder_laye
 
 D_MODEL, NUM_HEADS, D_FF = 8, 2, 16
 
+# Distinctive phrases, one per mistake (the tests look for them).
+LAYER_CALLED = "you called the layer itself"
+WANTS_PRE_NORM = "this layer has norm_first=True: use the pre-norm order"
+WANTS_POST_NORM = "this layer has norm_first=False: use the post-norm order"
+NO_ATTENTION_RESIDUAL = "the residual connection around self-attention is missing"
+NO_FFN_RESIDUAL = "the residual connection around the feed-forward network is missing"
+PRE_NORM_STREAM = "in pre-norm the residual carries the un-normalised x"
+PRE_FINAL_NORM = "a pre-norm layer's output is not normalised"
+NORM_BEFORE_ADD = "you normalised the sublayer's output and then added x"
+NORMS_SWAPPED = "norm1 and norm2 are swapped"
+MASK_UNUSED = "the mask was not used"
+OWN_DROPOUT = "your output changes from one call to the next although the layer is in eval mode"
+NO_LAYER_DROPOUT = "in training mode (layer.train()) each sublayer's output goes through layer.dropout"
+DROPOUT_ON_SUM = "you applied layer.dropout to the sum x + Sublayer(x)"
+
+STALE_GRADIENTS = "your step also used the gradients of the earlier batch"
+NO_GRADIENTS = "the parameters did not move and no gradients are left"
+NO_STEP = "the parameters did not move although gradients were computed"
+STEP_BEFORE_BACKWARD = "optimizer.step() came before loss.backward()"
+CLASSES_ON_AXIS_1 = "reads axis 1 (the positions) as the classes"
+ROWS_DIFFER = "the scores and the targets have different numbers of rows"
+LOSS_SUMMED = "your loss is the SUM over all positions"
+SOFTMAX_FIRST = "you applied softmax before F.cross_entropy"
+NLL_ON_LOGITS = "you used F.nll_loss on the raw scores"
+PAIRED_WRONGLY = "scores and targets are paired up wrongly"
+RETURN_FLOAT = "return the loss as a Python float"
+LOSS_AFTER_UPDATE = "you returned the loss of the model AFTER the update"
+LEFT_IN_EVAL = "the model is still in eval mode after your step"
+
 
 class _LayerUnderTest(EncoderLayer):
     """An EncoderLayer that refuses to run its own forward: the exercise is to write it."""
 
     def forward(self, x, mask=None):
         raise Mistake(
-            "you called the layer itself (`layer(x)`), which runs the course's forward pass. "
+            f"{LAYER_CALLED} (`layer(x)`), which runs the course's forward pass. "
             "Build it from the sublayers: layer.self_attention, layer.norm1, layer.feed_forward, layer.norm2."
         )
 
@@ -73,32 +102,29 @@ def _variants(layer, x, mask):
         normalised_stream = normalised_stream + ffn(normalised_stream)
         mistakes = [
             (
-                "this layer has norm_first=True: use the pre-norm order x + Sublayer(LayerNorm(x)), "
-                "not LayerNorm(x + Sublayer(x)). Branch on layer.norm_first.",
+                f"{WANTS_PRE_NORM} x + Sublayer(LayerNorm(x)), not LayerNorm(x + Sublayer(x)). "
+                "Branch on layer.norm_first.",
                 post(x),
             ),
             (
-                "the residual connection around self-attention is missing: add the layer's input x "
+                f"{NO_ATTENTION_RESIDUAL}: add the layer's input x "
                 "to the attention output (x = x + attention(norm1(x))).",
                 no_attention_residual,
             ),
             (
-                "the residual connection around the feed-forward network is missing: "
-                "return x + feed_forward(norm2(x)), not feed_forward(norm2(x)).",
+                f"{NO_FFN_RESIDUAL}: return x + feed_forward(norm2(x)), not feed_forward(norm2(x)).",
                 no_ffn_residual,
             ),
             (
-                "in pre-norm the residual carries the un-normalised x: x = x + attention(norm1(x)), "
-                "not x = norm1(x); x = x + attention(x).",
+                f"{PRE_NORM_STREAM}: x = x + attention(norm1(x)), not x = norm1(x); x = x + attention(x).",
                 normalised_stream,
             ),
             (
-                "a pre-norm layer's output is not normalised (the Encoder normalises once, after the last layer): "
-                "drop the final LayerNorm.",
+                f"{PRE_FINAL_NORM} (the Encoder normalises once, after the last layer): drop the final LayerNorm.",
                 n2(pre(x)),
             ),
             (
-                "norm1 and norm2 are swapped: norm1 belongs to self-attention, norm2 to the feed-forward network.",
+                f"{NORMS_SWAPPED}: norm1 belongs to self-attention, norm2 to the feed-forward network.",
                 pre(x, first=n2, second=n1),
             ),
         ]
@@ -109,27 +135,24 @@ def _variants(layer, x, mask):
         norm_before_add = norm_before_add + n2(ffn(norm_before_add))
         mistakes = [
             (
-                "this layer has norm_first=False (post-norm, as in BERT): use LayerNorm(x + Sublayer(x)), "
-                "not x + Sublayer(LayerNorm(x)). Branch on layer.norm_first.",
+                f"{WANTS_POST_NORM} LayerNorm(x + Sublayer(x)) (as in BERT), not x + Sublayer(LayerNorm(x)). "
+                "Branch on layer.norm_first.",
                 pre(x),
             ),
             (
-                "the residual connection around self-attention is missing: normalise x + attention(x), "
-                "not attention(x) alone.",
+                f"{NO_ATTENTION_RESIDUAL}: normalise x + attention(x), not attention(x) alone.",
                 no_attention_residual,
             ),
             (
-                "the residual connection around the feed-forward network is missing: "
-                "normalise x + feed_forward(x), not feed_forward(x) alone.",
+                f"{NO_FFN_RESIDUAL}: normalise x + feed_forward(x), not feed_forward(x) alone.",
                 n2(ffn(n1(x + attn(x)))),
             ),
             (
-                "you normalised the sublayer's output and then added x: post-norm normalises the sum, "
-                "LayerNorm(x + Sublayer(x)).",
+                f"{NORM_BEFORE_ADD}: post-norm normalises the sum, LayerNorm(x + Sublayer(x)).",
                 norm_before_add,
             ),
             (
-                "norm1 and norm2 are swapped: norm1 belongs to self-attention, norm2 to the feed-forward network.",
+                f"{NORMS_SWAPPED}: norm1 belongs to self-attention, norm2 to the feed-forward network.",
                 post(x, first=n2, second=n1),
             ),
         ]
@@ -141,7 +164,7 @@ def _variants(layer, x, mask):
         forgot_mask = pre(x, a=unmasked) if layer.norm_first else post(x, a=unmasked)
         mistakes.append(
             (
-                "the mask was not used: pass it on to layer.self_attention(x, x, x, mask), "
+                f"{MASK_UNUSED}: pass it on to layer.self_attention(x, x, x, mask), "
                 "so no query attends to a masked (padding) key.",
                 forgot_mask,
             )
@@ -164,7 +187,7 @@ def _eval_case(candidate, norm_first, with_mask, seed):
         expect_plain(got, x.device, f"output ({context})")
         if isinstance(again, torch.Tensor) and again.shape == got.shape and not close(got, again, atol=0, rtol=0):
             raise Mistake(
-                f"your output changes from one call to the next although the layer is in eval mode ({context}): "
+                f"{OWN_DROPOUT} ({context}): "
                 "you applied dropout yourself (F.dropout's training=True by default?). Use layer.dropout, "
                 "an nn.Dropout that switches off after layer.eval()."
             )
@@ -209,12 +232,11 @@ def _train_case(candidate, norm_first, seed):
         expected,
         known_mistakes=[
             (
-                "in training mode (layer.train()) each sublayer's output goes through layer.dropout before "
-                "it is added to x: x + layer.dropout(attention(...)), and the same for the feed-forward output.",
+                f"{NO_LAYER_DROPOUT} before it is added to x: x + layer.dropout(attention(...)), and the same for the feed-forward output.",
                 no_layer_dropout,
             ),
             (
-                "you applied layer.dropout to the sum x + Sublayer(x); it belongs on the sublayer's output only, "
+                f"{DROPOUT_ON_SUM}; it belongs on the sublayer's output only, "
                 "before the residual addition: x + layer.dropout(Sublayer(x)). Dropping out the sum would also "
                 "zero parts of the residual stream x, the path that carries the input through the layers.",
                 dropout_on_sum,
@@ -310,7 +332,7 @@ def _loss_variants(model, inputs, targets, loss):
         per_position = F.cross_entropy(flat, flat_targets, reduction="none")
         return [
             (
-                "your loss is the SUM over all positions of the batch (reduction='sum'), not the mean: "
+                f"{LOSS_SUMMED} of the batch (reduction='sum'), not the mean: "
                 "F.cross_entropy averages by default; keep that, so the step size does not grow with the batch.",
                 per_position.sum().item(),
             ),
@@ -320,30 +342,30 @@ def _loss_variants(model, inputs, targets, loss):
                 per_position.reshape(BATCH, SEQ).sum(-1).mean().item(),
             ),
             (
-                "you applied softmax before F.cross_entropy: it takes the raw scores (logits) and applies "
+                f"{SOFTMAX_FIRST}: it takes the raw scores (logits) and applies "
                 "log_softmax itself, so a softmax in front squashes the scores twice. Pass the logits.",
                 F.cross_entropy(logits.softmax(-1).reshape(-1, VOCAB), flat_targets).item(),
             ),
             (
-                "you used F.nll_loss on the raw scores: nll_loss expects log-probabilities. Use F.cross_entropy "
+                f"{NLL_ON_LOGITS}: nll_loss expects log-probabilities. Use F.cross_entropy "
                 "on the logits (it is log_softmax + nll_loss in one).",
                 F.nll_loss(flat, flat_targets).item(),
             ),
             (
-                "scores and targets are paired up wrongly: you flattened the logits after moving an axis "
+                f"{PAIRED_WRONGLY}: you flattened the logits after moving an axis "
                 "(e.g. logits.transpose(1, 2).reshape(-1, V)), so row n of the scores is not position n's. "
                 "Flatten [B, S, V] -> [B*S, V] with logits.reshape(-1, V) and the targets with targets.reshape(-1) "
                 "(or keep the shapes and pass logits.permute(0, 2, 1): cross_entropy wants the classes on axis 1).",
                 F.cross_entropy(logits.transpose(1, 2).reshape(-1, VOCAB), flat_targets).item(),
             ),
             (
-                "scores and targets are paired up wrongly: the targets were flattened in another order "
+                f"{PAIRED_WRONGLY}: the targets were flattened in another order "
                 "(targets.T or targets.transpose(0, 1)) than the logits. Flatten both the same way: "
                 "logits.reshape(-1, V) and targets.reshape(-1).",
                 F.cross_entropy(flat, targets.T.reshape(-1)).item(),
             ),
             (
-                "you returned the loss of the model AFTER the update (a second forward pass); return the loss "
+                f"{LOSS_AFTER_UPDATE} (a second forward pass); return the loss "
                 "of this step's forward pass, the one you called backward() on.",
                 loss,
             ),
@@ -361,20 +383,19 @@ def _check_step(candidate, bench, optimizer_name):
     except Mistake as m:
         if "modified by an inplace operation" in str(m):
             raise Mistake(
-                "optimizer.step() came before loss.backward(): the step changed the parameters in place, and "
+                f"{STEP_BEFORE_BACKWARD}: the step changed the parameters in place, and "
                 "backward() needs the values the forward pass used (hence PyTorch's 'modified by an inplace "
                 "operation' error). Order: optimizer.zero_grad(), loss.backward(), optimizer.step()."
             ) from None
         if "to match target batch_size" in str(m):
             raise Mistake(
-                "the scores and the targets have different numbers of rows: flatten the logits [B, S, V] to "
+                f"{ROWS_DIFFER}: flatten the logits [B, S, V] to "
                 "[B*S, V] with logits.reshape(-1, logits.shape[-1]) (the last axis holds the V classes) and the "
                 f"targets [B, S] to [B*S] with targets.reshape(-1) ({context})."
             ) from None
         if "Expected target size" in str(m) or "expected target size" in str(m).lower():
             raise Mistake(
-                "F.cross_entropy(logits, targets) with logits [B, S, V] reads axis 1 (the positions) as the "
-                "classes. Flatten to one row per position, F.cross_entropy(logits.reshape(-1, V), "
+                f"F.cross_entropy(logits, targets) with logits [B, S, V] {CLASSES_ON_AXIS_1}. Flatten to one row per position, F.cross_entropy(logits.reshape(-1, V), "
                 f"targets.reshape(-1)), or move the classes to axis 1 with logits.permute(0, 2, 1) ({context})."
             ) from None
         raise
@@ -385,28 +406,28 @@ def _check_step(candidate, bench, optimizer_name):
     after = _flat(model.parameters())
 
     if got is None:
-        raise Mistake("your function returned None: return the loss as a Python float, `return loss.item()`.")
+        raise Mistake(f"your function returned None: {RETURN_FLOAT}, `return loss.item()`.")
     if isinstance(got, torch.Tensor):
         raise Mistake(
-            "return the loss as a Python float, `loss.item()`, not the tensor: a loss tensor keeps the whole "
+            f"{RETURN_FLOAT}, `loss.item()`, not the tensor: a loss tensor keeps the whole "
             "computation graph of the step alive, and a list of them (the loss history) holds every step's graph."
         )
     if not isinstance(got, float):
-        raise Mistake(f"return the loss as a Python float (`loss.item()`); you returned a {type(got).__name__}.")
+        raise Mistake(f"{RETURN_FLOAT} (`loss.item()`); you returned a {type(got).__name__}.")
     if not model.training:
         raise Mistake(
-            "the model is still in eval mode after your step: call model.train() first. The model may come "
+            f"{LEFT_IN_EVAL}: call model.train() first. The model may come "
             "from an evaluation (model.eval() switches dropout off); training needs it back on."
         )
     if torch.equal(after, before):
         if _grads(model) is None:
             raise Mistake(
-                "the parameters did not move and no gradients are left: call loss.backward() to compute them, "
+                f"{NO_GRADIENTS}: call loss.backward() to compute them, "
                 "and zero the old ones BEFORE backward (optimizer.zero_grad(); loss.backward(); optimizer.step()), "
                 f"not between backward and step ({context})."
             )
         raise Mistake(
-            "the parameters did not move although gradients were computed: call optimizer.step() AFTER "
+            f"{NO_STEP}: call optimizer.step() AFTER "
             f"loss.backward() (before it, there is nothing new to step with) ({context})."
         )
     if not close(after, expected):
@@ -414,7 +435,7 @@ def _check_step(candidate, bench, optimizer_name):
         _without_zero_grad(wrong_model, wrong_optimizer, inputs, targets)
         if close(after, _flat(wrong_model.parameters())):
             raise Mistake(
-                "your step also used the gradients of the earlier batch: backward() ADDS to .grad, so call "
+                f"{STALE_GRADIENTS}: backward() ADDS to .grad, so call "
                 f"optimizer.zero_grad() before loss.backward() in every step, or the gradients accumulate ({context})."
             )
         _name_loss_mistake(got, bench, make_optimizer, model, context)  # a wrong loss gives wrong gradients too
