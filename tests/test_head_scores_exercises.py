@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from course_utils.exercises import check, checking, solution
+from course_utils.exercises import pretrained_heads as ph
 from course_utils.head_scores import previous_token_score
 from tests.exercise_asserts import assert_each_message_names_only_its_mistake
 
@@ -56,25 +57,25 @@ def diag(attn, offset):
 
 
 MISTAKES = {
-    "main diagonal": (lambda a: diag(a, 0).mean(-1), "main diagonal attn[i, i]"),
-    "next token": (lambda a: diag(a, 1).mean(-1), "*next* token"),
-    "transposed": (lambda a: diag(a.transpose(-2, -1), -1).mean(-1), "*next* token"),
-    "first row counted": (lambda a: diag(a, -1).sum(-1) / a.shape[-1], "counting query 0"),
-    "sum": (lambda a: diag(a, -1).sum(-1), "summed the weights"),
-    "whole block": (lambda a: a[..., 1:, :-1].mean((-2, -1)), "averaged the whole block"),
-    "no mean": (lambda a: diag(a, -1), "one number per head"),
-    "mean over layers": (lambda a: diag(a, -1).mean(0), "averaged over the wrong axis"),
-    "mean over everything": (lambda a: diag(a, -1).mean(), "averaged over the wrong axis"),
-    "default diagonal dims": (lambda a: a.diagonal(offset=-1).mean(-1), "dim1=-2, dim2=-1"),
-    "tuple": (lambda a: (diag(a, -1).mean(-1),), "return a tuple"),
+    "main diagonal": (lambda a: diag(a, 0).mean(-1), ph.PT_SELF),
+    "next token": (lambda a: diag(a, 1).mean(-1), ph.PT_NEXT),
+    "transposed": (lambda a: diag(a.transpose(-2, -1), -1).mean(-1), ph.PT_NEXT),
+    "first row counted": (lambda a: diag(a, -1).sum(-1) / a.shape[-1], ph.PT_QUERY_0),
+    "sum": (lambda a: diag(a, -1).sum(-1), ph.PT_SUMMED),
+    "whole block": (lambda a: a[..., 1:, :-1].mean((-2, -1)), ph.PT_WHOLE_BLOCK),
+    "no mean": (lambda a: diag(a, -1), ph.ONE_PER_HEAD),
+    "mean over layers": (lambda a: diag(a, -1).mean(0), ph.PT_WRONG_AXIS),
+    "mean over everything": (lambda a: diag(a, -1).mean(), ph.PT_WRONG_AXIS),
+    "default diagonal dims": (lambda a: a.diagonal(offset=-1).mean(-1), ph.PT_DIAGONAL_DIMS),
+    "tuple": (lambda a: (diag(a, -1).mean(-1),), checking.RETURNED_A_TUPLE),
     "loop from query 0 (index -1 wraps)": (
         lambda a: sum(a[..., i, i - 1] for i in range(a.shape[-1])) / a.shape[-1],
-        "index -1 wraps around",
+        ph.PT_WRAPPED,
     ),
-    "all earlier tokens": (lambda a: a.tril(-1).sum(-1).mean(-1), "*all* earlier tokens"),
+    "all earlier tokens": (lambda a: a.tril(-1).sum(-1).mean(-1), ph.PT_ALL_EARLIER),
     "all earlier tokens, in a loop": (
         lambda a: sum(a[..., i, :i].sum(-1) for i in range(1, a.shape[-1])) / (a.shape[-1] - 1),
-        "*all* earlier tokens",
+        ph.PT_ALL_EARLIER,
     ),
 }
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
+from course_utils.exercises import pretrained_heads as ph
 from course_utils.head_scores import is_punctuation, same_word_score
 from tests.exercise_asserts import assert_each_message_names_only_its_mistake
 
@@ -98,18 +99,18 @@ def summed_over_queries(attn, tokens):
 
 
 MISTAKES = {
-    "itself counted": (lambda a, t: loops(a, t, self_too=True), "attending to *itself*"),
-    "special tokens as words": (lambda a, t: loops(a, t, specials=True), "special tokens [CLS], [SEP] and [PAD]"),
-    "punctuation as words": (lambda a, t: loops(a, t, punct=True), "treated punctuation as words"),
-    "both as words": (lambda a, t: loops(a, t, specials=True, punct=True), "neither special tokens nor punctuation"),
-    "only earlier occurrences": (lambda a, t: loops(a, t, earlier_only=True), "*earlier* occurrences"),
-    "all queries": (mean_over_all_queries, "averaged over *all* queries"),
-    "mean over keys": (mean_over_keys, "*mean* over the keys"),
-    "mean over other occurrences": (mean_over_occurrences, "instead of adding them up"),
-    "sum over queries": (summed_over_queries, "added up the queries' weights"),
-    "one number per query": (lambda a, t: a.diagonal(dim1=-2, dim2=-1), "one number per head"),
-    "one number in all": (lambda a, t: same_word_score(a, t).mean(), "keep the layer and head axes"),
-    "tuple": (lambda a, t: (same_word_score(a, t),), "return a tuple"),
+    "itself counted": (lambda a, t: loops(a, t, self_too=True), ph.SW_SELF),
+    "special tokens as words": (lambda a, t: loops(a, t, specials=True), ph.SW_SPECIALS),
+    "punctuation as words": (lambda a, t: loops(a, t, punct=True), ph.SW_PUNCTUATION),
+    "both as words": (lambda a, t: loops(a, t, specials=True, punct=True), ph.SW_NEITHER),
+    "only earlier occurrences": (lambda a, t: loops(a, t, earlier_only=True), ph.SW_EARLIER),
+    "all queries": (mean_over_all_queries, ph.SW_ALL_QUERIES),
+    "mean over keys": (mean_over_keys, ph.SW_MEAN_KEYS),
+    "mean over other occurrences": (mean_over_occurrences, ph.SW_MEAN_OCCURRENCES),
+    "sum over queries": (summed_over_queries, ph.SW_SUMMED_QUERIES),
+    "one number per query": (lambda a, t: a.diagonal(dim1=-2, dim2=-1), ph.ONE_PER_HEAD),
+    "one number in all": (lambda a, t: same_word_score(a, t).mean(), ph.KEEP_LAYER_HEAD_AXES),
+    "tuple": (lambda a, t: (same_word_score(a, t),), checking.RETURNED_A_TUPLE),
 }
 
 
@@ -135,7 +136,7 @@ def test_changing_the_inputs_is_caught():
         attn.mul_(2.0)
         return same_word_score(attn / 2.0, tokens)
 
-    assert "list of tokens" in run(pops_tokens).message
+    assert ph.SW_TOKENS_CHANGED in run(pops_tokens).message
     assert "in place" in run(scales_attn).message
 
 

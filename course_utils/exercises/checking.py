@@ -48,6 +48,7 @@ __all__ = [
     "KEEP_DTYPE",
     "LOW_PRECISION_TOLERANCE",
     "OTHER_DEVICE",
+    "RETURNED_A_TUPLE",
     "NOT_DENSE",
     "preserved_state",
     "time_limit",
@@ -363,7 +364,7 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
         hint = ""
         if isinstance(got, tuple):
             hint = (
-                " (did you return a tuple where one tensor was expected? scaled_dot_product_attention returns "
+                f" ({RETURNED_A_TUPLE} scaled_dot_product_attention returns "
                 "(output, weights): unpack it, `output, weights = scaled_dot_product_attention(...)`)"
             )
         raise Mistake(f"the {what} should be a torch.Tensor, but it is {type(got).__name__}{hint}.")
@@ -375,6 +376,7 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
         raise Mistake(f"the {what} should have dtype {dtype}, but has dtype {got.dtype}.")
 
 
+RETURNED_A_TUPLE = "did you return a tuple where one tensor was expected?"  # the tests look for it
 # What the learner sees for an output the comparisons cannot read (the tests look for these phrases)
 OTHER_DEVICE = "is on another device"
 NOT_DENSE = "not an ordinary dense tensor"

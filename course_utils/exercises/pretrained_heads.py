@@ -13,6 +13,30 @@ from course_utils.exercises.checking import (
 )
 from course_utils.head_scores import is_punctuation, previous_token_score, same_word_score
 
+# Distinctive phrases, one per mistake (the tests look for them).
+PT_SELF = "you took the main diagonal attn[i, i]"
+PT_NEXT = "you measured attention to the *next* token"
+PT_QUERY_0 = "you divided by seq, counting query 0"
+PT_SUMMED = "you summed the weights attn[i, i-1] instead of averaging them"
+PT_WHOLE_BLOCK = "you averaged the whole block attn[..., 1:, :-1]"
+PT_WRAPPED = "your loop includes query 0, and attn[0, -1] is not a previous token"
+PT_ALL_EARLIER = "you added up the weights on *all* earlier tokens"
+PT_DIAGONAL_DIMS = "pass dim1=-2, dim2=-1 (the query and key axes)"
+PT_WRONG_AXIS = "you averaged over the wrong axis"
+ONE_PER_HEAD = "one number per head is expected"
+KEEP_LAYER_HEAD_AXES = "keep the layer and head axes"
+
+SW_SELF = "you counted a token attending to *itself*"
+SW_SPECIALS = "you treated the special tokens [CLS], [SEP] and [PAD] as words"
+SW_PUNCTUATION = "you treated punctuation as words"
+SW_NEITHER = "you counted neither special tokens nor punctuation out"
+SW_ALL_QUERIES = "you averaged over *all* queries"
+SW_MEAN_KEYS = "you took the *mean* over the keys"
+SW_MEAN_OCCURRENCES = "you averaged a query's weights over its other occurrences instead of adding them up"
+SW_EARLIER = "you counted only the *earlier* occurrences"
+SW_SUMMED_QUERIES = "you added up the queries' weights instead of averaging them"
+SW_TOKENS_CHANGED = "your function changed the list of tokens it was given"
+
 
 def _random_attention(shape, generator):
     # softmax rows of random scores: valid attention weights with a different value everywhere
@@ -32,37 +56,36 @@ def _known_mistakes(attn):
     seq = attn.shape[-1]
     below = attn.diagonal(offset=-1, dim1=-2, dim2=-1)  # attn[i, i-1], i = 1..seq-1
     wrapped = (
-        "your loop includes query 0, and attn[0, -1] is not a previous token: Python's index -1 wraps around "
+        f"{PT_WRAPPED}: Python's index -1 wraps around "
         "to the *last* key. Query 0 has no previous token; loop over i = 1..seq-1 and divide by seq-1."
     )
     all_earlier = (
-        "you added up the weights on *all* earlier tokens (everything below the diagonal, as with tril(-1)). "
+        f"{PT_ALL_EARLIER} (everything below the diagonal, as with tril(-1)). "
         "The previous-token pattern is only the token right before: attn[i, i-1], the one diagonal just below "
         "the main one."
     )
     return [
         (
-            "you took the main diagonal attn[i, i]: that is each token attending to itself. The previous "
+            f"{PT_SELF}: that is each token attending to itself. The previous "
             "token of query i is key i-1, the diagonal just *below* the main one: `diagonal(offset=-1, ...)`.",
             attn.diagonal(offset=0, dim1=-2, dim2=-1).mean(-1),
         ),
         (
-            "you measured attention to the *next* token, attn[i, i+1] (diagonal offset=+1, or the rows and "
+            f"{PT_NEXT}, attn[i, i+1] (diagonal offset=+1, or the rows and "
             "columns swapped). Rows are queries, columns keys: the previous token is attn[i, i-1], offset=-1.",
             attn.diagonal(offset=1, dim1=-2, dim2=-1).mean(-1),
         ),
         (
-            "you divided by seq, counting query 0 (the [CLS] row), which has no previous token. Average over "
+            f"{PT_QUERY_0} (the [CLS] row), which has no previous token. Average over "
             "the seq-1 queries 1..seq-1 only: the mean of the seq-1 entries on the diagonal below the main one.",
             below.sum(-1) / seq,
         ),
         (
-            "you summed the weights attn[i, i-1] instead of averaging them: the score should be a mean "
-            "weight between 0 and 1, whatever the sentence length.",
+            f"{PT_SUMMED}: the score should be a mean weight between 0 and 1, whatever the sentence length.",
             below.sum(-1),
         ),
         (
-            "you averaged the whole block attn[..., 1:, :-1]; only its diagonal entries attn[i, i-1] are "
+            f"{PT_WHOLE_BLOCK}; only its diagonal entries attn[i, i-1] are "
             "'previous token' weights (take the diagonal first, then the mean).",
             attn[..., 1:, :-1].mean((-2, -1)),
         ),
@@ -83,16 +106,16 @@ def _check_shape(got, attn):
     if shape[:2] == (seq, seq):
         raise Mistake(
             f"the scores have shape {shape}, expected [layers, heads] = {expected}. `torch.diagonal` "
-            f"works on dims 0 and 1 unless told otherwise: pass dim1=-2, dim2=-1 (the query and key axes)."
+            f"works on dims 0 and 1 unless told otherwise: {PT_DIAGONAL_DIMS}."
         )
     if shape[:2] == expected:
         raise Mistake(
-            f"the scores have shape {shape}: one number per head is expected, {expected}. "
+            f"the scores have shape {shape}: {ONE_PER_HEAD}, {expected}. "
             f"Average the weights attn[i, i-1] over the query positions (the last axis of the diagonal)."
         )
     if got.dim() <= 2 and (seq - 1 in shape or layers * heads in shape or len(shape) < 2):
         raise Mistake(
-            f"the scores have shape {shape}: you averaged over the wrong axis. Keep the layer and head axes "
+            f"the scores have shape {shape}: {PT_WRONG_AXIS}. {KEEP_LAYER_HEAD_AXES.capitalize()} "
             f"and average over the query positions only, giving [layers, heads] = {expected}."
         )
     expect_tensor(got, expected, what="scores [layers, heads]")
@@ -174,55 +197,53 @@ def _same_word_mistakes(attn, tokens):
     with_self = _same_token(tokens, diagonal=True)
     earlier = right.tril(-1)  # key j before query i
     self_message = (
-        "you counted a token attending to *itself* (j = i): every token equals itself, so a head that "
+        f"{SW_SELF} (j = i): every token equals itself, so a head that "
         "only looks at itself would score high. Count only the *other* occurrences, j != i."
     )
     return [
         (self_message, score(with_self, repeated)),
         (self_message, score(with_self, words)),  # every word counted as repeated (it matches itself)
         (
-            "you treated the special tokens [CLS], [SEP] and [PAD] as words: a second [SEP] is not the same "
-            "*word* again. Leave them out (and punctuation too).",
+            f"{SW_SPECIALS}: a second [SEP] is not the same *word* again. Leave them out (and punctuation too).",
             score(_same_token(tokens, specials=True)),
         ),
         (
-            "you treated punctuation as words: a comma attending to another comma is not a lexical pattern. "
+            f"{SW_PUNCTUATION}: a comma attending to another comma is not a lexical pattern. "
             "Leave out tokens for which `is_punctuation(token)` is True.",
             score(_same_token(tokens, punctuation=True)),
         ),
         (
-            "you counted neither special tokens nor punctuation out: [SEP] -> [SEP] and ',' -> ',' are not the "
+            f"{SW_NEITHER}: [SEP] -> [SEP] and ',' -> ',' are not the "
             "same word. Keep only real words (not [CLS]/[SEP]/[PAD], not `is_punctuation`).",
             score(_same_token(tokens, specials=True, punctuation=True)),
         ),
         (
-            "you averaged over *all* queries (divided by seq). Only the queries whose word occurs again count: "
+            f"{SW_ALL_QUERIES} (divided by seq). Only the queries whose word occurs again count: "
             "average over them, the set R in the formula.",
             per_query.mean(-1),
         ),
         (
-            "you took the *mean* over the keys (dividing by seq) where a query's weights on its other "
+            f"{SW_MEAN_KEYS} (dividing by seq) where a query's weights on its other "
             "occurrences should be *added up*: sum over the keys (dim=-1), then average over the repeated queries.",
             (attn * right).mean(-1)[..., repeated].mean(-1),
         ),
         (
-            "you averaged a query's weights over its other occurrences instead of adding them up: a query whose "
+            f"{SW_MEAN_OCCURRENCES}: a query whose "
             "word occurs three times may split its weight over two others, and both count in full.",
             ((attn * right).sum(-1) / right.sum(-1).clamp(min=1))[..., repeated].mean(-1),
         ),
         (
-            "you counted only the *earlier* occurrences (key j < query i). The pattern is the same word "
+            f"{SW_EARLIER} (key j < query i). The pattern is the same word "
             "anywhere else in the input, before or after.",
             score(earlier, repeated),
         ),
         (
-            "you counted only the *earlier* occurrences (key j < query i). The pattern is the same word "
+            f"{SW_EARLIER} (key j < query i). The pattern is the same word "
             "anywhere else in the input, before or after.",
             score(earlier),
         ),
         (
-            "you added up the queries' weights instead of averaging them: the score is a mean weight "
-            "between 0 and 1, whatever the number of repeated words.",
+            f"{SW_SUMMED_QUERIES}: the score is a mean weight between 0 and 1, whatever the number of repeated words.",
             per_query[..., repeated].sum(-1),
         ),
     ]
@@ -243,12 +264,12 @@ def _check_same_word_shape(got, attn):
     if isinstance(got, torch.Tensor) and tuple(got.shape) != expected:
         if tuple(got.shape[:2]) == expected:
             raise Mistake(
-                f"the scores have shape {tuple(got.shape)}: one number per head is expected, {expected}. "
+                f"the scores have shape {tuple(got.shape)}: {ONE_PER_HEAD}, {expected}. "
                 f"Average each query's weight on its other occurrences over the repeated queries (last axis)."
             )
         raise Mistake(
-            f"the scores have shape {tuple(got.shape)}, expected [layers, heads] = {expected}: keep the layer "
-            f"and head axes and reduce only the query and key axes (-2 and -1)."
+            f"the scores have shape {tuple(got.shape)}, expected [layers, heads] = {expected}: "
+            f"{KEEP_LAYER_HEAD_AXES} and reduce only the query and key axes (-2 and -1)."
         )
     expect_tensor(got, expected, what="scores [layers, heads]")
 
@@ -282,7 +303,7 @@ def check_same_word_score(candidate):
         given = list(tokens)
         got = call(candidate, attn, given)
         if given != tokens:
-            raise Mistake("your function changed the list of tokens it was given; leave the caller's list as it was.")
+            raise Mistake(f"{SW_TOKENS_CHANGED}; leave the caller's list as it was.")
         _check_same_word_shape(got, attn)
         context = f"{context}; tokens {tokens}"
         diagnose(
