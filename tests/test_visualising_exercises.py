@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from course_utils.exercises import check, solution
+from course_utils.exercises import visualising as vis
 from course_utils.head_scores import most_attended_tokens
 
 
@@ -40,23 +41,23 @@ def test_stub_is_not_attempted():
 @pytest.mark.parametrize(
     "mistake, words",
     [
-        (lambda w, t: [t[i] for i in w.max(dim=-2).values.argmax(dim=-1).tolist()], "single largest weight"),
+        (lambda w, t: [t[i] for i in w.max(dim=-2).values.argmax(dim=-1).tolist()], vis.MA_LARGEST_WEIGHT),
         (
             lambda w, t: [t[i] for i in torch.mode(w.argmax(dim=-1), dim=-1).values.tolist()],
-            "counted which key wins for each query",
+            vis.MA_VOTE,
         ),
         (
             lambda w, t: [
                 t[i] for i in torch.stack([h.argmax(-1).bincount(minlength=len(t)) for h in w]).argmax(-1).tolist()
             ],
-            "counted which key wins for each query",
+            vis.MA_VOTE,
         ),
-        (lambda w, t: [t[i] for i in w.sum(dim=-1).argmax(dim=-1).tolist()], "averaged over the keys (dim=-1)"),
-        (lambda w, t: [t[w.mean(dim=(0, 1)).argmax().item()]] * w.shape[0], "one answer for all heads"),
-        (lambda w, t: w.mean(dim=-2).argmax(dim=-1), "return the tokens themselves"),
-        (lambda w, t: w.mean(dim=-2).argmax(dim=-1).tolist(), "not their positions"),
-        (lambda w, t: [t[w.mean(dim=(0, 1)).argmax().item()]], "one token per head"),
-        (lambda w, t: ", ".join(t[i] for i in w.mean(dim=-2).argmax(dim=-1).tolist()), "return a list"),
+        (lambda w, t: [t[i] for i in w.sum(dim=-1).argmax(dim=-1).tolist()], vis.MA_WRONG_AXIS),
+        (lambda w, t: [t[w.mean(dim=(0, 1)).argmax().item()]] * w.shape[0], vis.MA_ALL_HEADS),
+        (lambda w, t: w.mean(dim=-2).argmax(dim=-1), vis.MA_NOT_TOKENS),
+        (lambda w, t: w.mean(dim=-2).argmax(dim=-1).tolist(), vis.MA_NOT_TOKENS),
+        (lambda w, t: [t[w.mean(dim=(0, 1)).argmax().item()]], vis.MA_HEAD_COUNT),
+        (lambda w, t: ", ".join(t[i] for i in w.mean(dim=-2).argmax(dim=-1).tolist()), vis.MA_NOT_A_LIST),
     ],
     ids=["max", "mode-vote", "bincount-vote", "wrong-axis", "all-heads", "tensor", "indices", "one-answer", "string"],
 )
@@ -96,7 +97,7 @@ def test_a_hard_coded_head_count_fails(heads):
 
     result = run(hard_coded)
     assert not result.passed
-    assert "one token per head" in result.message or "out of range" in result.message or "raised" in result.message
+    assert vis.MA_HEAD_COUNT in result.message or "out of range" in result.message or "raised" in result.message
 
 
 def test_square_weights_are_not_assumed():
@@ -149,15 +150,15 @@ def test_entropy_stub_is_not_attempted():
 @pytest.mark.parametrize(
     "mistake, words",
     [
-        (lambda w: -(w * torch.log(w)).sum(-1).mean(-1), "0 * log(0)"),
-        (lambda w: (w * w.clamp_min(1e-30).log()).sum(-1).mean(-1), "minus sign"),
-        (lambda w: -(w * w.clamp_min(1e-30).log2()).sum(-1).mean(-1), "log2"),
-        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1).mean(-1) / math.log(w.shape[-1]), "divided by ln(k)"),
-        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1).sum(-1), "summed the row entropies"),
-        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-2).mean(-1), "down each column"),
-        (lambda w: -(w.mean(-2) * w.mean(-2).clamp_min(1e-30).log()).sum(-1), "averaged the rows first"),
-        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1), "one entropy per query"),
-        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(dim=(-1, -2, -3)), "one number per head"),
+        (lambda w: -(w * torch.log(w)).sum(-1).mean(-1), vis.E_NAN),
+        (lambda w: (w * w.clamp_min(1e-30).log()).sum(-1).mean(-1), vis.E_NEGATIVE),
+        (lambda w: -(w * w.clamp_min(1e-30).log2()).sum(-1).mean(-1), vis.E_LOG2),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1).mean(-1) / math.log(w.shape[-1]), vis.E_NORMALISED),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1).sum(-1), vis.E_SUMMED),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-2).mean(-1), vis.E_COLUMNS),
+        (lambda w: -(w.mean(-2) * w.mean(-2).clamp_min(1e-30).log()).sum(-1), vis.E_AVERAGE_FIRST),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1), vis.E_PER_QUERY),
+        (lambda w: -(w * w.clamp_min(1e-30).log()).sum(dim=(-1, -2, -3)), vis.E_PER_HEAD),
         (lambda w: [float(-(h * h.clamp_min(1e-30).log()).sum(-1).mean()) for h in w], "torch.Tensor"),
     ],
     ids=[

@@ -25,6 +25,24 @@ from course_utils.exercises.checking import (
 )
 from course_utils.head_scores import attention_entropy, most_attended_tokens
 
+# Distinctive phrases, one per mistake (the tests look for them).
+MA_LARGEST_WEIGHT = "you found the single largest weight in each column"
+MA_VOTE = "you counted which key wins for each query"
+MA_WRONG_AXIS = "you averaged over the keys (dim=-1)"
+MA_ALL_HEADS = "you gave one answer for all heads together"
+MA_NOT_TOKENS = "return the tokens themselves"
+MA_NOT_A_LIST = "return a list with one token per head"
+MA_HEAD_COUNT = "return one token per head"
+E_NAN = "0 * log(0)"
+E_NEGATIVE = "your entropies are negative"
+E_LOG2 = "you used log2 (bits)"
+E_NORMALISED = "you divided by ln(k)"
+E_SUMMED = "you summed the row entropies over the queries"
+E_COLUMNS = "you took the entropy down each column"
+E_AVERAGE_FIRST = "you averaged the rows first"
+E_PER_QUERY = "you returned one entropy per query"
+E_PER_HEAD = "the output should have one number per head"
+
 TOKENS = ["Orange", "is", "my", "favorite", "fruit"]
 
 
@@ -80,23 +98,23 @@ def check_most_attended_tokens(candidate):
         if isinstance(got, torch.Tensor) or (isinstance(got, (list, tuple)) and got and not isinstance(got[0], str)):
             shown = got.tolist() if isinstance(got, torch.Tensor) else list(got)
             raise Mistake(
-                f"return the tokens themselves (strings such as {expected[0]!r}), one per head, "
+                f"{MA_NOT_TOKENS} (strings such as {expected[0]!r}), one per head, "
                 f"not their positions or weights; you returned {shown} {context}. Use `tokens[i]`."
             )
         if not isinstance(got, (list, tuple)):
-            raise Mistake(f"return a list with one token per head; you returned a {type(got).__name__}.")
+            raise Mistake(f"{MA_NOT_A_LIST}; you returned a {type(got).__name__}.")
         got = list(got)
         if got == expected:
             continue
         heads = weights.shape[0]
         mistakes = [
             (
-                "you found the single largest weight in each column (`.max` over the queries); a head's "
+                f"{MA_LARGEST_WEIGHT} (`.max` over the queries); a head's "
                 "favourite key is the one with the largest attention on AVERAGE over all queries (`.mean(dim=-2)`).",
                 _answer(weights.amax(dim=-2).argmax(dim=-1), tokens),
             ),
             (
-                "you counted which key wins for each query (a vote with argmax); average the weights "
+                f"{MA_VOTE} (a vote with argmax); average the weights "
                 "over the queries instead, so every query's whole distribution counts.",
                 _answer(
                     torch.stack([torch.bincount(h.argmax(dim=-1), minlength=len(tokens)) for h in weights]).argmax(
@@ -106,19 +124,19 @@ def check_most_attended_tokens(candidate):
                 ),
             ),
             (
-                "you averaged over the keys (dim=-1): each row sums to 1, so every query looks the same. "
+                f"{MA_WRONG_AXIS}: each row sums to 1, so every query looks the same. "
                 "Average over the queries (dim=-2) to get the attention each KEY receives.",
                 _answer(weights.mean(dim=-1).argmax(dim=-1), tokens),
             ),
             (
-                "you gave one answer for all heads together; each head has its own pattern, so answer per head "
+                f"{MA_ALL_HEADS}; each head has its own pattern, so answer per head "
                 "(average over the queries only, not over the heads).",
                 _answer(weights.mean(dim=(0, 1)).argmax().repeat(heads), tokens),
             ),
         ]
         if len(got) != heads:
             raise Mistake(
-                f"return one token per head: {heads} heads, but your list has {len(got)} entries {context}. "
+                f"{MA_HEAD_COUNT}: {heads} heads, but your list has {len(got)} entries {context}. "
                 "Read the number of heads from the input (weights.shape[0]) instead of writing it into the code."
             )
         for message, wrong in mistakes:
@@ -156,30 +174,30 @@ def _entropy_mistakes(w, n_keys):
     expected = attention_entropy(w)
     return [
         (
-            "your entropies are negative: H = -sum_j w_j ln w_j has a minus sign (ln w_j <= 0 for weights <= 1).",
+            f"{E_NEGATIVE}: H = -sum_j w_j ln w_j has a minus sign (ln w_j <= 0 for weights <= 1).",
             -expected,
         ),
         (
-            "you used log2 (bits); this lesson measures entropy in nats, with the natural log torch.log, "
+            f"{E_LOG2}; this lesson measures entropy in nats, with the natural log torch.log, "
             "so that a head spread evenly over k keys scores ln(k).",
             expected / math.log(2),
         ),
         (
-            "you divided by ln(k), the largest possible entropy; return the entropy itself, in nats.",
+            f"{E_NORMALISED}, the largest possible entropy; return the entropy itself, in nats.",
             expected / math.log(n_keys),
         ),
         (
-            "you summed the row entropies over the queries; average them (.mean(dim=-1) after the sum over the "
+            f"{E_SUMMED}; average them (.mean(dim=-1) after the sum over the "
             "keys), so heads over short and long inputs compare.",
             expected * w.shape[-2],
         ),
         (
-            "you took the entropy down each column (a sum over the queries, dim=-2). A row of weights (one query, "
+            f"{E_COLUMNS} (a sum over the queries, dim=-2). A row of weights (one query, "
             "all keys) is the distribution: sum -w ln w over the keys (dim=-1), then average over the queries.",
             -xlogx(w).sum(dim=-2).mean(dim=-1),
         ),
         (
-            "you averaged the rows first and took the entropy of the average. Each query has its own distribution: "
+            f"{E_AVERAGE_FIRST} and took the entropy of the average. Each query has its own distribution: "
             "a previous-token head has sharp rows (entropy near 0) whose average is spread over all keys. "
             "Take each row's entropy, then average the entropies.",
             -xlogx(w.mean(dim=-2)).sum(dim=-1),
@@ -207,12 +225,12 @@ def check_attention_entropy(candidate):
         expect_tensor(got, what="output")
         if tuple(got.shape) == tuple(weights.shape[:-1]):
             raise Mistake(
-                f"you returned one entropy per query, shape {tuple(got.shape)} ({context}); "
+                f"{E_PER_QUERY}, shape {tuple(got.shape)} ({context}); "
                 f"average over the queries too, for one number per head: shape {tuple(expected.shape)}."
             )
         if tuple(got.shape) != tuple(expected.shape):
             raise Mistake(
-                f"the output should have one number per head, shape {tuple(expected.shape)} (the input's shape "
+                f"{E_PER_HEAD}, shape {tuple(expected.shape)} (the input's shape "
                 f"without the last two axes), but has shape {tuple(got.shape)} ({context}). Reduce over dim=-1 and "
                 "dim=-2 only, without a fixed number of heads or dimensions."
             )
@@ -225,6 +243,6 @@ def check_attention_entropy(candidate):
             atol=atol,
             rtol=rtol,
             context=context,
-            nonfinite_advice="a weight of exactly 0 (a masked key) gives 0 * log(0) = 0 * -inf = NaN. "
+            nonfinite_advice=f"a weight of exactly 0 (a masked key) gives {E_NAN} = 0 * -inf = NaN. "
             "Its term of the entropy is 0: use torch.xlogy(w, w), which is w * ln(w) with 0 where w = 0.",
         )
