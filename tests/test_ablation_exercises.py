@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.ablation import ablation_effects
+from course_utils.exercises import ablation as ex
 from course_utils.exercises import check, solution
 
 EX = "ablation_effects"
@@ -69,16 +70,16 @@ def test_stub_is_not_attempted():
 @pytest.mark.parametrize(
     ("options", "words"),
     [
-        ({"similarity": "dot"}, "dot product"),
-        ({"baseline": False, "sign": -1}, "*without* the head"),
-        ({"baseline": False}, "minus the gap without the head"),
-        ({"sign": -1}, "sign is flipped"),
-        ({"reset": False}, "cumulative ablation"),
-        ({"remove": "layer"}, "whole layer"),
-        ({"remove": "only"}, "kept only the one head"),
-        ({"split": False}, "paraphrase pairs only"),
-        ({"transpose": True}, "layers come first"),
-        ({"pooled": True}, "all pairs at once"),
+        ({"similarity": "dot"}, ex.DOT_PRODUCT),
+        ({"baseline": False, "sign": -1}, ex.GAP_WITHOUT_HEAD),
+        ({"baseline": False}, ex.NO_BASELINE),
+        ({"sign": -1}, ex.SIGN_FLIPPED),
+        ({"reset": False}, ex.CUMULATIVE),
+        ({"remove": "layer"}, ex.WHOLE_LAYER),
+        ({"remove": "only"}, ex.ONLY_ONE_HEAD),
+        ({"split": False}, ex.PARAPHRASES_ONLY),
+        ({"transpose": True}, ex.LAYERS_FIRST),
+        ({"pooled": True}, ex.ALL_PAIRS),
     ],
 )
 def test_each_planted_mistake_is_named(options, words):
@@ -98,7 +99,7 @@ def test_swapped_axes_on_a_square_model_are_named():
 
     assert not run(swapped).passed
     result = run(square_only)
-    assert not result.passed and "swapped" in result.message, result.message
+    assert not result.passed and ex.AXES_SWAPPED in result.message, result.message
 
 
 def test_messages_differ():

@@ -13,6 +13,19 @@ from course_utils.ablation import ablation_effects
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import Mistake, call, diagnose
 
+# Distinctive phrases, one per mistake (the tests look for them).
+DOT_PRODUCT = "you compared the vectors with the dot product"
+GAP_WITHOUT_HEAD = "you returned the gap of the model *without* the head"
+NO_BASELINE = "you returned minus the gap without the head"
+SIGN_FLIPPED = "the sign is flipped"
+CUMULATIVE = "your mask is not reset between runs"
+WHOLE_LAYER = "you removed the whole layer"
+ONLY_ONE_HEAD = "you kept only the one head"
+PARAPHRASES_ONLY = "you averaged the similarity of the paraphrase pairs only"
+ALL_PAIRS = "you averaged the similarity over all pairs at once"
+LAYERS_FIRST = "layers come first, then heads"
+AXES_SWAPPED = "layers and heads are swapped"
+
 
 class _TinyModel:
     """embed_pairs for a made-up model of ``layers`` x ``heads`` heads and ``n`` pairs."""
@@ -32,7 +45,7 @@ class _TinyModel:
                 f"embed_pairs needs head_mask as a tensor [layers, heads] = {expected}, got {type(head_mask).__name__}"
             )
         if tuple(head_mask.shape) != expected:
-            swapped = "; layers come first, then heads" if tuple(head_mask.shape) == expected[::-1] else ""
+            swapped = f"; {LAYERS_FIRST}" if tuple(head_mask.shape) == expected[::-1] else ""
             raise Mistake(
                 f"embed_pairs got a head_mask of shape {tuple(head_mask.shape)}, expected [layers, heads] = "
                 f"{expected}{swapped}: torch.ones(num_layers, num_heads)."
@@ -98,49 +111,49 @@ def _known_mistakes(model, is_paraphrase):
 
     mistakes = [
         (
-            "you compared the vectors with the dot product (a * b).sum(-1). The sentence vectors are not "
+            f"{DOT_PRODUCT} (a * b).sum(-1). The sentence vectors are not "
             "normalised, so a long vector scores high whatever it means: use the cosine similarity, "
             "F.cosine_similarity(a, b, dim=-1).",
             run(similarity=dot),
         ),
         (
-            "you returned the gap of the model *without* the head, not how much it dropped. Subtract it "
+            f"{GAP_WITHOUT_HEAD}, not how much it dropped. Subtract it "
             "from the intact model's gap (head_mask all ones): effect = baseline gap - gap without the head.",
             run(baseline=False, sign=-1),
         ),
         (
-            "you returned minus the gap without the head, with no baseline: compute the intact model's gap "
+            f"{NO_BASELINE}, with no baseline: compute the intact model's gap "
             "once (all ones) and return baseline - gap without the head.",
             run(baseline=False),
         ),
         (
-            "the sign is flipped: you computed gap without the head - baseline. The effect is the *drop*, "
+            f"{SIGN_FLIPPED}: you computed gap without the head - baseline. The effect is the *drop*, "
             "baseline - gap without the head, positive when the model needs the head.",
             run(sign=-1),
         ),
         (
-            "your mask is not reset between runs, so each run removes one more head than the last "
+            f"{CUMULATIVE}, so each run removes one more head than the last "
             "(cumulative ablation). Start every run from a fresh torch.ones(num_layers, num_heads), "
             "or .clone() the all-ones mask, before setting the one head to 0.",
             run(reset=False),
         ),
         (
-            "you removed the whole layer (mask[layer] = 0, or mask[layer, :] = 0) instead of one head: "
+            f"{WHOLE_LAYER} (mask[layer] = 0, or mask[layer, :] = 0) instead of one head: "
             "set only mask[layer, head] = 0.",
             run(mask_for=whole_layer),
         ),
         (
-            "you kept only the one head and removed all the others: 1 keeps a head, 0 removes it. Start from "
+            f"{ONLY_ONE_HEAD} and removed all the others: 1 keeps a head, 0 removes it. Start from "
             "ones and set mask[layer, head] = 0.",
             run(mask_for=only_this_head),
         ),
         (
-            "you averaged the similarity of the paraphrase pairs only. The gap subtracts the mean cosine of "
+            f"{PARAPHRASES_ONLY}. The gap subtracts the mean cosine of "
             "the non-paraphrase pairs (is_paraphrase False) from that of the paraphrases.",
             run(similarity=only_paraphrases),
         ),
         (
-            "you averaged the similarity over all pairs at once. The gap compares two groups: the mean cosine "
+            f"{ALL_PAIRS}. The gap compares two groups: the mean cosine "
             "of the paraphrase pairs (is_paraphrase True) minus the mean cosine of the others.",
             run(gap=mean_of_all_pairs),
         ),
@@ -149,7 +162,7 @@ def _known_mistakes(model, is_paraphrase):
         right = run()
         mistakes.append(
             (
-                "layers and heads are swapped: effects[l, h] should be the drop when head h of layer l is "
+                f"{AXES_SWAPPED}: effects[l, h] should be the drop when head h of layer l is "
                 "removed, mask[l, h] = 0 (the mask is [layers, heads], layers first).",
                 right.T.contiguous(),
             )
