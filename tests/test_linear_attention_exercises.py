@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import linear_attention as ex
 from course_utils.recall import QUESTION
 from tests.exercise_asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
@@ -206,10 +206,10 @@ def test_recall_messages_name_only_their_mistake():
 
 
 def test_recall_wrong_types_are_reported():
-    assert_caught("recall_sequences", lambda k, v, q: None, "forget the `return`")
+    assert_caught("recall_sequences", lambda k, v, q: None, checking.RETURNED_NONE)
     assert_caught("recall_sequences", lambda k, v, q: learner_sequences(k, v, q)[0], ex.RS_NOT_A_PAIR)
     assert_caught(
-        "recall_sequences", lambda k, v, q: tuple(t.float() for t in learner_sequences(k, v, q)), "integer ids"
+        "recall_sequences", lambda k, v, q: tuple(t.float() for t in learner_sequences(k, v, q)), ex.RS_NOT_IDS
     )
 
 

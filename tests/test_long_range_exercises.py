@@ -7,7 +7,7 @@ of the checker's own mistake generator.
 import pytest
 import torch
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import long_range as ex
 from tests.exercise_asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
 
@@ -120,7 +120,7 @@ def test_other_wrong_results_and_types_are_reported():
         learner_rnn(x, W_xh, W_hh, b, h0)
 
     assert_caught("recurrent_forward", returns_a_list, ex.NOT_A_PAIR)
-    assert_caught("recurrent_forward", forgot_return, "forget the `return`")
+    assert_caught("recurrent_forward", forgot_return, checking.RETURNED_NONE)
     assert_caught("recurrent_forward", off_by_a_bit, "the outputs is not right")
 
 

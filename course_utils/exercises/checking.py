@@ -27,6 +27,9 @@ __all__ = [
     "TimeLimitExceeded",
     "TIME_LIMIT_S",
     "EXIT_ADVICE",
+    "FLOAT64_OUTPUT",
+    "NO_FORWARD",
+    "NOT_CALLABLE",
     "MAX_IS_A_PAIR",
     "call",
     "explain_exception",
@@ -49,6 +52,7 @@ __all__ = [
     "LOW_PRECISION_TOLERANCE",
     "OTHER_DEVICE",
     "RETURNED_A_TUPLE",
+    "RETURNED_NONE",
     "NOT_DENSE",
     "preserved_state",
     "time_limit",
@@ -83,6 +87,10 @@ class TimeLimitExceeded(BaseException):
         self.arguments = ""  # what the candidate was called with, if the limit hit inside `call`
 
 
+# Phrases of the framework's own messages (the tests look for them)
+FLOAT64_OUTPUT = "your output is float64, but the inputs were float32"
+NO_FORWARD = "your module has no `forward` method"
+NOT_CALLABLE = "check needs your function (or class) itself"
 EXIT_ADVICE = (
     "your code called sys.exit() or exit(), which would stop the whole program: "
     "return a value (or raise an exception) instead."
@@ -225,7 +233,7 @@ def _not_implemented(candidate, exc, arguments):
         return NotAttempted(stub=code.co_name)
     if code.co_name == "_forward_unimplemented":  # nn.Module without a `forward`
         return Mistake(
-            f"your module has no `forward` method, so nn.Module does not know what to compute. Define "
+            f"{NO_FORWARD}, so nn.Module does not know what to compute. Define "
             f"`def forward(self, ...)` inside the class (check the spelling and the indentation).\n({exc})"
         )
     return Mistake(explain_exception(exc, arguments))
@@ -301,7 +309,7 @@ def _check_result(result, pairs, arguments):
 
 def _float64_message(where=""):
     return (
-        f"your output is float64, but the inputs were float32{' ' + where if where else ''}. Something in your code made a float64 "
+        f"{FLOAT64_OUTPUT}{' ' + where if where else ''}. Something in your code made a float64 "
         "tensor (from a numpy array, with dtype=torch.float64, or after torch.set_default_dtype(torch.float64)) "
         "and PyTorch promoted the result to float64. Keep the input's dtype: use Python numbers such as "
         "math.sqrt(d_k), and make new tensors with dtype=x.dtype (or torch.ones_like(x), x.new_tensor(...))."
@@ -315,7 +323,7 @@ def call(candidate, *args, **kwargs):
     into a float64 output."""
     if not callable(candidate):
         raise Mistake(
-            f"check needs your function (or class) itself, but got {type(candidate).__name__} {describe(candidate)}. "
+            f"{NOT_CALLABLE}, but got {type(candidate).__name__} {describe(candidate)}. "
             f'Pass the name without calling it: check("exercise_id", my_function), not my_function(...).'
         )
     pairs = _named_arguments(candidate, args, kwargs)
@@ -359,7 +367,7 @@ def describe(t, n=4):
 
 def expect_tensor(got, shape=None, dtype=None, what="output"):
     if got is None:
-        raise Mistake(f"your function returned None: did you forget the `return` line? (the {what} is None)")
+        raise Mistake(f"{RETURNED_NONE} (the {what} is None)")
     if not isinstance(got, torch.Tensor):
         hint = ""
         if isinstance(got, tuple):
@@ -376,7 +384,9 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
         raise Mistake(f"the {what} should have dtype {dtype}, but has dtype {got.dtype}.")
 
 
-RETURNED_A_TUPLE = "did you return a tuple where one tensor was expected?"  # the tests look for it
+# Phrases of the messages below (the tests look for them)
+RETURNED_NONE = "your function returned None: did you forget the `return` line?"
+RETURNED_A_TUPLE = "did you return a tuple where one tensor was expected?"
 # What the learner sees for an output the comparisons cannot read (the tests look for these phrases)
 OTHER_DEVICE = "is on another device"
 NOT_DENSE = "not an ordinary dense tensor"

@@ -13,7 +13,16 @@ import torch.nn.functional as F
 
 from course_utils import linear_attention, recall
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor, generator, randn
+from course_utils.exercises.checking import (
+    RETURNED_NONE,
+    Mistake,
+    call,
+    diagnose,
+    expect_plain,
+    expect_tensor,
+    generator,
+    randn,
+)
 
 # Distinctive phrases, one per mistake (the tests look for them).
 LA_NO_NORMALISER = "there is no normaliser"
@@ -38,6 +47,7 @@ RS_TARGET_IS_KEY = "the target is the key"
 RS_SWAPPED_IDS = "key and value ids are swapped"
 RS_QUERIES_FIRST = "the queries come before the pairs"
 RS_NOT_A_PAIR = "return a pair (tokens, targets)"
+RS_NOT_IDS = "must be integer ids (torch.long)"
 
 
 # --------------------------------------------------------------------------- linear attention
@@ -334,7 +344,7 @@ def _recall_cases():
 
 def _split_pair(got, description):
     if got is None:
-        raise Mistake(f"your function returned None: did you forget the `return` line? {RS_NOT_A_PAIR}.")
+        raise Mistake(f"{RETURNED_NONE} {RS_NOT_A_PAIR}.")
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise Mistake(f"{RS_NOT_A_PAIR}; your function returned {type(got).__name__} ({description}).")
     return got
@@ -360,7 +370,7 @@ def check_recall_sequences(candidate):
             expect_tensor(got, what=what)
             expect_plain(got, keys.device, what)
             if got.is_floating_point():
-                raise Mistake(f"the {what} must be integer ids (torch.long), not {got.dtype} ({description}).")
+                raise Mistake(f"the {what} {RS_NOT_IDS}, not {got.dtype} ({description}).")
         mistakes = [
             (
                 f"{RS_QUERIES_FIRST}: a query can only be answered after its pair has been shown (the models are "

@@ -21,6 +21,7 @@ from course_utils import long_range
 from course_utils.attention import MultiHeadAttention
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import (
+    RETURNED_NONE,
     Mistake,
     call,
     diagnose,
@@ -103,7 +104,7 @@ def _split_result(got, x, h0, description):
     """The (outputs, h_T) pair, or a Mistake that names what came back instead."""
     batch, steps, d_h = x.shape[0], x.shape[1], h0.shape[1]
     if got is None:
-        raise Mistake(f"your function returned None: did you forget the `return` line? {NOT_A_PAIR}.")
+        raise Mistake(f"{RETURNED_NONE} {NOT_A_PAIR}.")
     if isinstance(got, torch.Tensor):
         if tuple(got.shape) == (batch, d_h):
             raise Mistake(
