@@ -12,7 +12,7 @@ import inspect
 import pytest
 import torch
 
-from course_utils.exercises import check, exercise_ids, solution
+from course_utils.exercises import check, exercise_ids, language_model, linear_attention, solution, translation
 
 
 def _strided(t):
@@ -47,20 +47,20 @@ OTHERWISE = {
     # token ids: int64 is what they are already
     "decode_greedily": {
         "int64": PASSES,
-        "float16": "integer word ids",
-        "0-d": "not the greedy translation",
-        "extra axis": "not the greedy translation",
+        "float16": translation.G_NOT_IDS,
+        "0-d": translation.G_NOT_GREEDY,
+        "extra axis": translation.G_NOT_GREEDY,
     },
     "decode_with_cache": {"int64": PASSES},
-    "recall_sequences": {"int64": PASSES, "float16": "integer ids"},
-    "sample_next_token": {"int64": PASSES, "float16": "should be integers"},
+    "recall_sequences": {"int64": PASSES, "float16": linear_attention.RS_NOT_IDS},
+    "sample_next_token": {"int64": PASSES, "float16": language_model.SAMPLE_NOT_IDS},
     "gradient_by_distance": {"list": PASSES},  # a list of norms is accepted
     # a loss: 0-d already, and it must stay attached to the logits
     "next_token_loss": {
-        "int64": "cut off from the logits",
-        "list": "return the loss as a tensor",
+        "int64": language_model.LOSS_DETACHED,
+        "list": language_model.LOSS_FLOAT,
         "0-d": PASSES,
-        "nn.Parameter": "cut off from the logits",
+        "nn.Parameter": language_model.LOSS_DETACHED,
     },
 }
 NO_TENSOR_OUTPUT = {  # exercise id -> what it returns instead

@@ -140,7 +140,7 @@ def test_each_score_mistake_is_named(name):
 
 @pytest.mark.parametrize(
     ("candidate", "words"),
-    [(divided_by_all_queries, "dividing by all T queries"), (every_query_wrapping, ex.NEGATIVE_WRAP)],
+    [(divided_by_all_queries, ex.ALL_T_QUERIES), (every_query_wrapping, ex.NEGATIVE_WRAP)],
     ids=["divided by T", "wrapping"],
 )
 def test_the_two_other_first_half_mistakes_say_what_happened(candidate, words):

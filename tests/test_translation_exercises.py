@@ -237,8 +237,8 @@ def test_greedy_stopping_mistakes_are_named():
 
 
 def test_running_the_encoder_in_the_loop_is_named():
-    assert_caught(GREEDY, greedy(encode_again=True), "called model.encode")
-    assert_caught(GREEDY, greedy(call_model=True), "called model(...) itself")
+    assert_caught(GREEDY, greedy(encode_again=True), checker.G_ENCODED_AGAIN)
+    assert_caught(GREEDY, greedy(call_model=True), checker.G_CALLED_MODEL)
 
 
 def test_greedy_result_is_what_translate_uses():

@@ -19,6 +19,7 @@ from course_utils.exercises.checking import Mistake, call, diagnose, expect_same
 REPEATED_TOKEN = "you scored the weight on key t - half_len itself"
 ONE_TOO_FAR = "you scored the weight on key t - half_len + 2"
 FIRST_HALF_TOO = "you averaged over the first half too"
+ALL_T_QUERIES = "dividing by all T queries"
 NEGATIVE_WRAP = "negative key indices wrap around"
 SUMMED = "you summed the weights instead of averaging them"
 TRANSPOSED = "you read the maps transposed"
@@ -81,7 +82,7 @@ def _score_mistakes(weights, half_len):
             _on_key(weights, half_len, 0, range(half_len - 1, seq)),
         ),
         (
-            f"{FIRST_HALF_TOO}, dividing by all T queries: in the first half there is no earlier copy to look "
+            f"{FIRST_HALF_TOO}, {ALL_T_QUERIES}: in the first half there is no earlier copy to look "
             f"at. Average over the half_len queries of the second half only (divide by half_len).",
             correct_keys.sum(-1) / seq,
         ),

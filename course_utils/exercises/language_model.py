@@ -37,6 +37,7 @@ LOSS_OVER_VOCAB = "you averaged over the vocabulary too"
 LOSS_NOT_SCALAR = "one number for the whole batch"
 LOSS_FLOAT = "return the loss as a tensor"
 LOSS_DETACHED = "your loss is cut off from the logits"
+SAMPLE_NOT_IDS = "the sampled ids should be integers (torch.long)"
 LOSS_CLASSES_AXIS = "cross_entropy reads the classes from dim 1"
 
 FILTER_TEMPERATURE_MULTIPLIED = "you multiplied by the temperature"
@@ -429,7 +430,7 @@ def _expect_ids(got, logits, case):
         )
     expect_tensor(got, shape=(batch,), what="sampled ids")
     if got.is_floating_point() or got.dtype == torch.bool:
-        raise Mistake(f"the sampled ids should be integers (torch.long), got {got.dtype}. {case}")
+        raise Mistake(f"{SAMPLE_NOT_IDS}, got {got.dtype}. {case}")
 
 
 def _frequencies(ids, rows, vocab):

@@ -267,6 +267,9 @@ G_MAX_LEN = "you ignored max_len"
 G_ONE_SHORT = "you wrote at most max_len - 1 words"
 G_NO_END = "the </s> tokens are missing"
 G_NOT_IDS = "the output should hold integer word ids"
+G_ENCODED_AGAIN = "your loop called model.encode"
+G_CALLED_MODEL = "your loop called model(...) itself"
+G_NOT_GREEDY = "your output is not the greedy translation"
 
 
 class _ScriptedTranslator(nn.Module):
@@ -292,13 +295,13 @@ class _ScriptedTranslator(nn.Module):
 
     def encode(self, source):
         raise Mistake(
-            "your loop called model.encode: the encoder's output is given (encoder_output, source_padding_mask); "
+            f"{G_ENCODED_AGAIN}: the encoder's output is given (encoder_output, source_padding_mask); "
             "the encoder runs once, before the loop"
         )
 
     def forward(self, batch):
         raise Mistake(
-            "your loop called model(...) itself, which runs the encoder again at every step: call "
+            f"{G_CALLED_MODEL}, which runs the encoder again at every step: call "
             "model.decode(written, encoder_output, source_padding_mask) instead"
         )
 
@@ -424,10 +427,7 @@ def check_decode_greedily(candidate):
         for message, wrong in _decode_mistakes(model, encoder_output, mask, max_len, expected):
             if _same_ids(got, wrong):
                 raise Mistake(f"{message} ({context})")
-        raise Mistake(
-            f"your output is not the greedy translation ({context}).\nexpected: {expected.tolist()}\n"
-            f"got:      {got.tolist()}"
-        )
+        raise Mistake(f"{G_NOT_GREEDY} ({context}).\nexpected: {expected.tolist()}\ngot:      {got.tolist()}")
     # a real (untrained) translator: the same loop must work on it
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(53)
