@@ -23,6 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 __all__ = [
     "Mistake",
+    "KnownMistake",
     "NotAttempted",
     "TimeLimitExceeded",
     "TIME_LIMIT_S",
@@ -65,6 +66,10 @@ TIME_LIMIT_S = 30  # a check stops learner code that runs longer than this (seco
 
 class Mistake(Exception):
     """The candidate is wrong; the message says how, as specifically as we can."""
+
+
+class KnownMistake(Mistake):
+    """A mistake the checker recognised and named, not a generic 'not right' or an error the code raised."""
 
 
 class NotAttempted(Exception):
@@ -467,7 +472,7 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
         return
     for message, wrong in known_mistakes:
         if close(got, wrong, atol, rtol):
-            raise Mistake(message)
+            raise KnownMistake(message)
     if not torch.isfinite(got).all() and torch.isfinite(expected).all():
         advice = nonfinite_advice or "large inputs overflow exp()? subtract the row maximum first."
         raise Mistake(f"your {what} contains NaN or inf where the reference has none{where}: {advice}")

@@ -20,6 +20,7 @@ import torch
 from course_utils.attention import MultiHeadAttention, combine_heads, split_heads
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import (
+    KnownMistake,
     Mistake,
     call,
     close,
@@ -30,10 +31,6 @@ from course_utils.exercises.checking import (
 )
 
 __all__ = ["check_split_heads", "check_combine_heads", "check_multi_head_attention"]
-
-
-class _Named(Mistake):
-    """A mistake we recognised (not a generic 'wrong result')."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -161,31 +158,9 @@ _BATCH_ADVICE = (
 )
 
 
-_KNOWN = {
-    SPLIT_NO_PERMUTE,
-    SPLIT_INTERLEAVED,
-    SPLIT_SIZES_SWAPPED,
-    COMBINE_NO_PERMUTE,
-    COMBINE_HEADS_AS_POSITIONS,
-    COMBINE_WRONG_ORDER,
-    MHA_SCALE_MODEL,
-    MHA_NO_SCALE,
-    MHA_SOFTMAX_QUERIES,
-    MHA_SHARED_PROJECTION,
-    MHA_KV_IGNORED,
-    MHA_MASK_IGNORED,
-    MHA_INVERTED_MASK,
-    MHA_NO_OUTPUT_PROJECTION,
-    MHA_SPLIT_NO_PERMUTE,
-    MHA_COMBINE_NO_PERMUTE,
-    MHA_BOTH_NO_PERMUTE,
-    MHA_INTERLEAVED,
-}
-
-
 def _is_named(mistake):
     # "in place": the framework's own specific message about an input the candidate changed
-    return isinstance(mistake, _Named) or str(mistake) in _KNOWN or "in place" in str(mistake)
+    return isinstance(mistake, KnownMistake) or "in place" in str(mistake)
 
 
 def _batched(batch, run, per_sample_ok):
@@ -236,7 +211,7 @@ def _split_shape_hint(got, b, s, h, d):
         (b * h, s, d): SPLIT_MERGED_BATCH,
     }  # where two of these shapes coincide, the later entry wins
     if tuple(got.shape) in hints:
-        raise _Named(hints[tuple(got.shape)])
+        raise KnownMistake(hints[tuple(got.shape)])
 
 
 def _check_split_case(candidate, x, h):
@@ -244,7 +219,7 @@ def _check_split_case(candidate, x, h):
     d = dm // h
     got = call(candidate, x, h)
     if isinstance(got, tuple):
-        raise _Named("split_heads should return one tensor [B, H, S, D/H], not a tuple.")
+        raise KnownMistake("split_heads should return one tensor [B, H, S, D/H], not a tuple.")
     _expect_like(got, x, f"result for x of shape {tuple(x.shape)}, num_heads={h}")
     _split_shape_hint(got, b, s, h, d)
     diagnose(
@@ -306,7 +281,7 @@ def _check_combine_case(candidate, x):
     b, h, s, d = x.shape
     got = call(candidate, x)
     if isinstance(got, tuple):
-        raise _Named("combine_heads should return one tensor [B, S, H*d], not a tuple.")
+        raise KnownMistake("combine_heads should return one tensor [B, S, H*d], not a tuple.")
     _expect_like(got, x, f"result for x of shape {tuple(x.shape)}")
     if isinstance(got, torch.Tensor) and tuple(got.shape) != (b, s, h * d):
         hints = {(b, s, h, d): COMBINE_NOT_MERGED}
@@ -314,7 +289,7 @@ def _check_combine_case(candidate, x):
             hints[(b, s, d)] = COMBINE_LOST_HEADS
             hints[(b, h * s, d)] = COMBINE_HEADS_AS_POSITIONS
         if tuple(got.shape) in hints:
-            raise _Named(hints[tuple(got.shape)])
+            raise KnownMistake(hints[tuple(got.shape)])
     diagnose(
         got,
         combine_heads(x),
@@ -492,7 +467,7 @@ def _inspect_candidate(model, d_model):
 
     Returns whether Q/K/V carry a bias (the article's variant) or not (the slides')."""
     if not isinstance(model, torch.nn.Module):
-        raise _Named(
+        raise KnownMistake(
             f"calling your class gave a {type(model).__name__}, not an nn.Module: define "
             f"`class MultiHeadAttention(nn.Module)` and call super().__init__() first in __init__."
         )
@@ -500,37 +475,39 @@ def _inspect_candidate(model, d_model):
     for name in PROJECTIONS:
         linear = getattr(model, name, None)
         if linear is None:
-            raise _Named(
+            raise KnownMistake(
                 f"your module has no attribute `{name}`. The checker copies the reference's weights into "
                 f"query_linear, key_linear, value_linear and output_linear, so use these names (as in the slides): "
                 f"self.{name} = nn.Linear(d_model, d_model{', bias=False' if name != 'output_linear' else ''})."
             )
         weight = getattr(linear, "weight", None)
         if not isinstance(weight, torch.Tensor):
-            raise _Named(f"`{name}` should be an nn.Linear(d_model, d_model), but it is a {type(linear).__name__}.")
+            raise KnownMistake(
+                f"`{name}` should be an nn.Linear(d_model, d_model), but it is a {type(linear).__name__}."
+            )
         if tuple(weight.shape) != (d_model, d_model):
-            raise _Named(
+            raise KnownMistake(
                 f"`{name}.weight` has shape {tuple(weight.shape)}, but with d_model={d_model} it should be "
                 f"({d_model}, {d_model}): one projection maps d_model features to d_model features for all heads "
                 f"at once (nn.Linear(d_model, d_model)); the heads are split afterwards."
             )
         bias = getattr(linear, "bias", None)
         if bias is not None and tuple(bias.shape) != (d_model,):
-            raise _Named(f"`{name}.bias` has shape {tuple(bias.shape)}; it should be ({d_model},).")
+            raise KnownMistake(f"`{name}.bias` has shape {tuple(bias.shape)}; it should be ({d_model},).")
         linears[name] = linear
     for a, b in ((0, 1), (0, 2), (1, 2)):
         la, lb = linears[PROJECTIONS[a]], linears[PROJECTIONS[b]]
         if la is lb or la.weight.data_ptr() == lb.weight.data_ptr():
-            raise _Named(MHA_SHARED_PROJECTION)
+            raise KnownMistake(MHA_SHARED_PROJECTION)
     if linears["output_linear"].bias is None:
-        raise _Named(
+        raise KnownMistake(
             "`output_linear` has no bias. As in both seeds, the output projection keeps its bias: "
             "nn.Linear(d_model, d_model)."
         )
     has_bias = [linears[n].bias is not None for n in PROJECTIONS[:3]]
     if any(has_bias) and not all(has_bias):
         which = ", ".join(n for n, hb in zip(PROJECTIONS[:3], has_bias, strict=True) if hb)
-        raise _Named(
+        raise KnownMistake(
             f"only {which} has a bias: give Q, K and V the same setting. This exercise follows the slides: "
             f"nn.Linear(d_model, d_model, bias=False) for all three (bias=True for all three, as in the "
             f"article, is accepted too)."
@@ -575,11 +552,11 @@ def _check_mha_case(candidate, case, seed):
         if isinstance(got, tuple):
             first = got[0] if got else None
             if isinstance(first, torch.Tensor) and tuple(first.shape) == (b, h, lq, d // h):
-                raise _Named(MHA_RETURNED_ATTENTION_PAIR)
-            raise _Named(MHA_TUPLE)
+                raise KnownMistake(MHA_RETURNED_ATTENTION_PAIR)
+            raise KnownMistake(MHA_TUPLE)
         _expect_like(got, query, f"output ({what})")
         if tuple(got.shape) == (b, h, lq, d // h) and h > 1:
-            raise _Named(MHA_UNCOMBINED)
+            raise KnownMistake(MHA_UNCOMBINED)
         expect_tensor(got, (b, lq, d), what=f"output ({what})")
         known = _known_mha_mistakes(w, query, key, value, mask, h, cross)
         # float32 rounding grows with the size of the numbers (and PyTorch's fused attention kernels
@@ -588,8 +565,8 @@ def _check_mha_case(candidate, case, seed):
         if got.isnan().any() and not expected.isnan().any():
             for message, wrong in known:
                 if close(got, wrong, atol=atol):
-                    raise _Named(message)
-            raise _Named(MHA_NAN)
+                    raise KnownMistake(message)
+            raise KnownMistake(MHA_NAN)
         diagnose(got, expected, known_mistakes=known, context=what, atol=atol)
 
     def per_sample_ok():
@@ -633,7 +610,7 @@ def check_multi_head_attention(candidate):
     # Building modules draws from the global random generator (nn.Linear's init); keep the
     # learner's random stream unchanged, so the numbers later in the lesson do not depend on the check.
     if isinstance(candidate, torch.nn.Module):
-        raise _Named(
+        raise KnownMistake(
             'pass the class itself, not an instance: check("multi_head_attention", MultiHeadAttention) '
             "(the checker builds it with several sizes)."
         )
