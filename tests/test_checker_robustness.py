@@ -5,6 +5,7 @@ constant, an unsolved helper, `if mask:`, a missing `return`, an endless loop, .
 on the message the learner then reads.
 """
 
+import inspect
 import math
 import random
 import re
@@ -17,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils.exercises import _REGISTRY, check, exercise, solution
+from course_utils.exercises import _REGISTRY, check, exercise, exercise_ids, solution
 from course_utils.exercises import checking as checking_module
 from course_utils.exercises.checking import Mistake, call, close, diagnose, expect_tensor, time_limit
 
@@ -445,3 +446,40 @@ def test_hint_and_show_solution_take_any_id_without_raising(capsys):
     hint(3)
     show_solution(["not", "an", "id"])
     assert capsys.readouterr().out.count("unknown exercise id") == 2
+
+
+# --------------------------------------------------------------------------- 9. every exercise
+
+
+def _stub_of(exercise_id):
+    """The learner's unsolved cell for this exercise: the solution's signature, raising NotImplementedError."""
+    reference = solution(exercise_id)
+    if inspect.isclass(reference):
+
+        class Stub(reference):  # __init__ done, forward still a stub
+            def forward(self, *args, **kwargs):
+                raise NotImplementedError
+
+        return Stub
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    stub.__signature__ = inspect.signature(reference)
+    return stub
+
+
+# a Triton kernel is launched by its checker, not called: its stub is tests/test_flash_kernel_exercise.py's
+CALLED = [i for i in exercise_ids() if inspect.isfunction(solution(i)) or inspect.isclass(solution(i))]
+
+
+@pytest.mark.parametrize("exercise_id", CALLED)
+def test_every_exercise_calls_an_unsolved_stub_not_attempted(exercise_id):
+    result = check(exercise_id, _stub_of(exercise_id), quiet=True)
+    assert result.status == "not attempted", result.message
+
+
+@pytest.mark.parametrize("exercise_id", exercise_ids())
+def test_every_exercise_explains_a_value_that_is_not_callable(exercise_id):
+    result = check(exercise_id, 3.0, quiet=True)
+    assert result.status == "not yet" and "checker itself" not in result.message, result.message
