@@ -92,16 +92,23 @@ class TimeLimitExceeded(BaseException):
         self.arguments = ""  # what the candidate was called with, if the limit hit inside `call`
 
 
-# Phrases of the framework's own messages (the tests look for them)
+# Phrases of the messages below, one per mistake (the tests look for them)
 FLOAT64_OUTPUT = "your output is float64, but the inputs were float32"
 NO_FORWARD = "your module has no `forward` method"
 NOT_CALLABLE = "check needs your function (or class) itself"
+RETURNED_NONE = "your function returned None: did you forget the `return` line?"
+RETURNED_A_TUPLE = "did you return a tuple where one tensor was expected?"
+OTHER_DEVICE = "is on another device"  # an output the comparisons cannot read ...
+NOT_DENSE = "not an ordinary dense tensor"  # ... or one they could not compare
+KEEP_DTYPE = "should keep the input's dtype"
+ONLY_UNBATCHED = "works on a single sample but not on a batch of several"
+ONLY_BATCHED = "counts axes from the front, so it fails on a single unbatched sample"
 EXIT_ADVICE = (
     "your code called sys.exit() or exit(), which would stop the whole program: "
     "return a value (or raise an exception) instead."
 )
 
-MAX_IS_A_PAIR = "x.max(dim=...) gives values and indices"  # the tests look for it
+MAX_IS_A_PAIR = "x.max(dim=...) gives values and indices"
 
 # Known error messages -> what a learner should do about them. First match wins.
 _EXPLANATIONS = [
@@ -389,14 +396,6 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
         raise Mistake(f"the {what} should have dtype {dtype}, but has dtype {got.dtype}.")
 
 
-# Phrases of the messages below (the tests look for them)
-RETURNED_NONE = "your function returned None: did you forget the `return` line?"
-RETURNED_A_TUPLE = "did you return a tuple where one tensor was expected?"
-# What the learner sees for an output the comparisons cannot read (the tests look for these phrases)
-OTHER_DEVICE = "is on another device"
-NOT_DENSE = "not an ordinary dense tensor"
-
-
 def expect_plain(got, device, what="output"):
     """An ordinary (dense) tensor on the inputs' device: comparing anything else would fail inside the checker."""
     if got.layout != torch.strided:
@@ -414,7 +413,6 @@ def expect_plain(got, device, what="output"):
 LOW_PRECISION_TOLERANCE = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}
 
 
-KEEP_DTYPE = "should keep the input's dtype"  # the tests look for it
 _DTYPE_ADVICE = (
     "Something in your code made a tensor of another dtype (torch.tensor(...), torch.zeros(...) without dtype=, "
     ".float()) and PyTorch promoted the result to it: make new tensors with dtype=x.dtype (or torch.zeros_like(x))."
@@ -511,10 +509,6 @@ def first_difference(got, expected, atol=1e-5, rtol=1e-4):
 
 
 # --------------------------------------------------------------------------- right on one sample, not on a batch
-
-# The phrases for code that only works unbatched, or only batched (the tests look for them)
-ONLY_UNBATCHED = "works on a single sample but not on a batch of several"
-ONLY_BATCHED = "counts axes from the front, so it fails on a single unbatched sample"
 
 
 def diagnose_batching(batched, right_the_other_way, description, advice, detail=""):
