@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 # JupyterLab refuses to run as root without this flag (containers, CI)
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
-PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
+PYTEST_NB := --nbval --scroll-back --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
 .PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-browser browser execute lint lock hooks nbdime train-lm clean test-gpu gpu-benchmark gpu-wheels
 

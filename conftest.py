@@ -21,8 +21,30 @@ def _compare_outputs_without_stderr(self, test, ref, skip_compare=None):
 
 nbval.plugin.IPyNbCell.compare_outputs = _compare_outputs_without_stderr
 
+_collect_cells = nbval.plugin.IPyNbFile.collect
+
+
+def _collect_cells_then_scroll_back(self):
+    """nbval's items for the notebook's cells; with --scroll-back, then each cell re-run alone (a lesson's)."""
+    items = list(_collect_cells(self))
+    yield from items
+    if self.config.getoption("--scroll-back"):
+        from tests.scroll_back import is_lesson, scroll_back_items
+
+        if is_lesson(self.path):
+            yield from scroll_back_items(self, items)
+
+
+nbval.plugin.IPyNbFile.collect = _collect_cells_then_scroll_back
+
 
 def pytest_addoption(parser):
+    parser.addoption(
+        "--scroll-back",
+        action="store_true",
+        help="with --nbval: after each lesson's Run All, re-run every code cell alone with the exercises solved, "
+        "as a learner who scrolls back does (tests/scroll_back.py)",
+    )
     parser.addoption(
         "--lesson",
         metavar="NN",
@@ -39,3 +61,9 @@ def pytest_collection_modifyitems(config, items):
         kept, dropped = select(items, lesson)
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def pytest_runtest_makereport(item, call):
+    # a cell that fails during nbval's Run All: that notebook's scroll-back re-runs are skipped, not piled on
+    if call.when == "call" and call.excinfo is not None and type(item) is nbval.plugin.IPyNbCell:
+        item.parent.run_all_failed = True

@@ -1,82 +1,26 @@
-"""'Run All' with every exercise solved, then every code cell re-run alone, in order.
+"""Scrolling back after Run All: the plugin that re-runs each cell (tests/scroll_back.py), and what runs nothing.
 
-The notebook runs to the end and every check passes. Then, as a learner does who
-scrolls back after Run All, each code cell is run once more on its own, top to
-bottom, in the same kernel: it must run without error and print what it printed
-during Run All, unless it starts with NBVAL_IGNORE_OUTPUT (timings). A cell breaks
-here when a later section reassigns a name it uses (give each section names of its
-own, or put the work in a function), when it draws from the global random state
-(seed inside the cell), or when it retrains a model or appends to a table again.
-Two executions in all. (nbval runs the notebooks as committed, with the stubs unsolved.)
+`make test` runs nbval with --scroll-back: after each lesson's Run All, every code cell is re-run
+alone in the same kernel, with the exercises solved (see tests/scroll_back.py). The first tests
+here show that this check fails where it should, on a small notebook of planted mistakes.
 
-Re-running one cell can also break another: an earlier section's cell that binds a name
-a later section uses (re-run it, then the later cell) is found without running anything,
-from the names each cell reads and the sections that bind them.
+Re-running one cell can also break another: an earlier section's cell that binds a name a later
+section uses (re-run it, then the later cell) is found without running anything, from the names
+each cell reads and the sections that bind them.
 """
 
 import ast
 import builtins
 import re
+import subprocess
+import sys
 
 import nbformat
 import pytest
+from nbclient import NotebookClient
 
 from course_utils.exercises import exercise_ids
-from tests.notebook_tools import execute_then_rerun_each_cell, exercise_cells, lesson_notebooks, output_text
-
-HINT = (
-    "a later section reassigns a name this cell uses (give each section names of its own, or a function); "
-    "or the cell draws from the global random state (seed it inside the cell) or changes state it reads"
-)
-
-
-def _varies_by_design(cell):
-    first = cell.source.lstrip().splitlines()[0] if cell.source.strip() else ""
-    return first.strip().lstrip("#").strip() in {"NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP"}
-
-
-def _excerpt(text, limit=600):
-    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters]"
-
-
-def rerun_failures(nb, reruns):
-    """One report per cell whose re-run after Run All fails or prints something else."""
-    failures = []
-    for index, (again, error) in reruns.items():
-        first = nb.cells[index]
-        if error is None and (_varies_by_design(first) or output_text(again) == output_text(first)):
-            continue
-        what = "fails" if error is not None else "prints something else"
-        second = _excerpt(output_text(again))  # an error shows as its last line, "KeyError: 'a'"
-        failures.append(
-            f"cell {index} {what} when re-run alone after Run All.\n"
-            f"Hint: {HINT}.\n--- the cell:\n{_excerpt(first.source, 400)}\n"
-            f"--- during Run All it printed:\n{_excerpt(output_text(first))}\n"
-            f"--- re-run alone it printed:\n{second}"
-        )
-    return failures
-
-
-def _run_all_solved_then_each_cell_again(nb_path):
-    nb, reruns = execute_then_rerun_each_cell(nb_path, inject=True)
-    text = "\n".join(output_text(c) for c in nb.cells if c.cell_type == "code")
-    ids = {c.metadata["exercise_id"] for c in exercise_cells(nb)}
-    for ex_id in ids:
-        assert f"PASSED [{ex_id}]" in text, f"{nb_path.name}: check for {ex_id!r} did not pass with the solution"
-    assert "NOT YET" not in text and "NOT ATTEMPTED" not in text
-    failures = rerun_failures(nb, reruns)
-    assert not failures, f"{nb_path.name}: {len(failures)} cell(s) break on scrolling back:\n\n" + "\n\n".join(failures)
-
-
-# One test class per notebook: pytest-xdist's loadscope spreads classes over the workers
-# (a parametrized function would keep every notebook on one worker).
-for _path in lesson_notebooks():
-    _name = "TestRunAll_" + re.sub(r"\W", "_", _path.stem)
-    globals()[_name] = type(
-        _name,
-        (),
-        {"test_solved_then_each_cell_rerun_alone": lambda self, p=_path: _run_all_solved_then_each_cell_again(p)},
-    )
+from tests.notebook_tools import ROOT, exercise_cells, lesson_notebooks
 
 
 def test_every_exercise_appears_in_a_lesson():
@@ -87,26 +31,73 @@ def test_every_exercise_appears_in_a_lesson():
     assert not missing, f"exercises with a checker but no notebook cell: {sorted(missing)}"
 
 
-def test_a_cell_broken_by_a_later_section_is_named_with_both_outputs(tmp_path):
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell("tokens = [1, 2, 3]\nprint(len(tokens))"),  # 0: fine
-        nbformat.v4.new_code_cell("print(sum(tokens))"),  # 1: later section rebinds tokens
-        nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nimport time\nprint(time.time())"),  # 2: varies, allowed
-        nbformat.v4.new_code_cell("weights = {'a': 1}"),  # 3: fine
-        nbformat.v4.new_code_cell("print(weights['a'])"),  # 4: fails once weights loses 'a'
-        nbformat.v4.new_markdown_cell("## A later section"),
-        nbformat.v4.new_code_cell("tokens = [10]\nweights = {}\nprint('later')"),  # 6: fine
-    ]
-    path = tmp_path / "scroll_back.ipynb"
-    nbformat.write(nb, path)
-    ran, reruns = execute_then_rerun_each_cell(path)
-    failures = rerun_failures(ran, reruns)
-    assert len(failures) == 2, failures
-    assert failures[0].startswith("cell 1 prints something else")
-    assert "during Run All it printed:\n6\n" in failures[0] and "re-run alone it printed:\n10\n" in failures[0]
-    assert failures[1].startswith("cell 4 fails") and "re-run alone it printed:\nKeyError: 'a'" in failures[1]
-    assert all("a later section reassigns a name this cell uses" in f for f in failures)
+STUB = "def causal_mask(seq_len):\n    raise NotImplementedError"
+CHECK = "from course_utils.exercises import check\nprint(check('causal_mask', causal_mask))"
+
+# Small notebooks named like lessons (only lessons are scrolled back), each with planted mistakes
+PLANTED = {
+    "00_later_section.ipynb": [
+        "tokens = [1, 2, 3]\nprint(len(tokens))",  # cell 0: fine
+        "print(sum(tokens))",  # 1: a later section rebinds tokens
+        "# NBVAL_IGNORE_OUTPUT\nimport time\nprint(time.time())",  # 2: varies by design, allowed
+        "weights = {'a': 1}",  # 3: fine
+        "print(weights['a'])",  # 4: fails once weights loses 'a'
+        "tokens = [10]\nweights = {}\nprint('later')",  # 5: the later section
+        ("causal_mask", STUB),  # 6: the exercise, solved on scrolling back
+        CHECK,  # 7: NOT ATTEMPTED YET during Run All, PASSED once solved
+    ],
+    # the exercise cell names the wrong exercise: "solved", it holds split_heads' solution
+    "01_wrong_id.ipynb": [("split_heads", STUB), CHECK],
+    # never executed: its last cell fails when nbval runs it
+    "02_fails.ipynb": ["x = 1", "print(x)", "print(open('missing.txt'))"],
+}
+
+
+@pytest.fixture(scope="module")
+def scroll_back_report(tmp_path_factory):
+    """nbval --scroll-back over the planted notebooks, in one pytest run: {notebook: its lines of the report}."""
+    folder = tmp_path_factory.mktemp("scroll_back")
+    for name, cells in PLANTED.items():
+        nb = nbformat.v4.new_notebook()
+        for cell in cells:
+            if isinstance(cell, tuple):
+                nb.cells.append(
+                    nbformat.v4.new_code_cell(cell[1], metadata={"tags": ["exercise"], "exercise_id": cell[0]})
+                )
+            else:
+                nb.cells.append(nbformat.v4.new_code_cell(cell))
+        if not name.startswith("02"):  # committed executed, as `make execute` leaves a lesson
+            NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+        nbformat.write(nb, folder / name)
+    # the repository's conftest.py (nbval's stderr rule, --scroll-back) as a plugin: the notebooks lie outside
+    command = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "-rfs"]
+    command += ["--nbval", "--nbval-current-env", "--scroll-back", str(folder)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return done.stdout + done.stderr
+
+
+def _failed(report, notebook):
+    return sorted(re.findall(rf"^FAILED \S*{notebook}::(Cell \d+.*?)(?: - |$)", report, re.MULTILINE))
+
+
+def test_scroll_back_names_each_cell_a_later_section_breaks(scroll_back_report):
+    report = scroll_back_report
+    failed = _failed(report, "00_later_section.ipynb")
+    assert failed == ["Cell 1 re-run after Run All", "Cell 4 re-run after Run All"], report
+    assert "'6\\n' == '10\\n'" in report and "KeyError" in report, report
+    assert report.count("a later section reassigns a name this cell uses") >= 3, report
+
+
+def test_scroll_back_fails_a_check_that_does_not_pass_once_solved(scroll_back_report):
+    assert _failed(scroll_back_report, "01_wrong_id.ipynb") == ["Cell 1 re-run after Run All"], scroll_back_report
+    assert "this check should pass for ['causal_mask']" in scroll_back_report
+
+
+def test_scroll_back_is_not_checked_after_a_cell_fails_during_run_all(scroll_back_report):
+    assert _failed(scroll_back_report, "02_fails.ipynb") == ["Cell 2"], scroll_back_report
+    assert re.search(r"SKIPPED \[3\] .*a cell failed during Run All", scroll_back_report), scroll_back_report
+    # 16 + 4 + 3 items (cells and their re-runs): 4 failures, the failed notebook's 3 re-runs skipped
+    assert "4 failed, 19 passed, 3 skipped" in scroll_back_report, scroll_back_report
 
 
 class _Names(ast.NodeVisitor):
