@@ -392,8 +392,8 @@ def expect_tensor(got, shape=None, dtype=None, what="output"):
         raise Mistake(_float64_message(f"({what})"))
     if shape is not None and tuple(got.shape) != tuple(shape):
         raise Mistake(f"the {what} should have shape {tuple(shape)}, but has shape {tuple(got.shape)}.")
-    if dtype is not None and got.dtype != dtype:
-        raise Mistake(f"the {what} should have dtype {dtype}, but has dtype {got.dtype}.")
+    if dtype is not None:
+        expect_same_dtype(got, dtype, what)
 
 
 def expect_plain(got, device, what="output"):
