@@ -12,7 +12,7 @@ import inspect
 import pytest
 import torch
 
-from course_utils.exercises import check, exercise_ids, language_model, linear_attention, solution, translation
+from course_utils.exercises import check, checking, exercise_ids, language_model, solution, translation
 
 
 def _strided(t):
@@ -47,13 +47,13 @@ OTHERWISE = {
     # token ids: int64 is what they are already
     "decode_greedily": {
         "int64": PASSES,
-        "float16": translation.G_NOT_IDS,
+        "float16": checking.NOT_IDS,
         "0-d": translation.G_NOT_GREEDY,
         "extra axis": translation.G_NOT_GREEDY,
     },
     "decode_with_cache": {"int64": PASSES},
-    "recall_sequences": {"int64": PASSES, "float16": linear_attention.RS_NOT_IDS},
-    "sample_next_token": {"int64": PASSES, "float16": language_model.SAMPLE_NOT_IDS},
+    "recall_sequences": {"int64": PASSES, "float16": checking.NOT_IDS},
+    "sample_next_token": {"int64": PASSES, "float16": checking.NOT_IDS},
     "gradient_by_distance": {"list": PASSES},  # a list of norms is accepted
     # a loss: 0-d already, and it must stay attached to the logits
     "next_token_loss": {

@@ -209,7 +209,7 @@ def test_recall_wrong_types_are_reported():
     assert_caught("recall_sequences", lambda k, v, q: None, checking.RETURNED_NONE)
     assert_caught("recall_sequences", lambda k, v, q: learner_sequences(k, v, q)[0], ex.RS_NOT_A_PAIR)
     assert_caught(
-        "recall_sequences", lambda k, v, q: tuple(t.float() for t in learner_sequences(k, v, q)), ex.RS_NOT_IDS
+        "recall_sequences", lambda k, v, q: tuple(t.float() for t in learner_sequences(k, v, q)), checking.NOT_IDS
     )
 
 

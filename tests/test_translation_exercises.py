@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.attention import MultiHeadAttention, causal_mask
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import translation as checker
 from course_utils.translation import TARGET_VOCAB, Translator, decode_greedily, encode_batch, greedy_decode
 from tests.exercise_asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
@@ -226,7 +226,7 @@ def test_greedy_loop_mistakes_are_named():
     assert_caught(GREEDY, greedy(position=0), checker.G_FIRST_POSITION)
     assert_caught(GREEDY, greedy(keep_start=True), checker.G_WITH_START)
     assert_caught(GREEDY, greedy(keep_end=False), checker.G_NO_END)
-    assert_caught(GREEDY, greedy(as_float=True), checker.G_NOT_IDS)
+    assert_caught(GREEDY, greedy(as_float=True), checking.NOT_IDS)
 
 
 def test_greedy_stopping_mistakes_are_named():

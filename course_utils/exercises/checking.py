@@ -50,6 +50,8 @@ __all__ = [
     "expect_plain",
     "expect_same_dtype",
     "KEEP_DTYPE",
+    "expect_ids",
+    "NOT_IDS",
     "LOW_PRECISION_TOLERANCE",
     "OTHER_DEVICE",
     "RETURNED_A_TUPLE",
@@ -101,6 +103,7 @@ RETURNED_A_TUPLE = "did you return a tuple where one tensor was expected?"
 OTHER_DEVICE = "is on another device"  # an output the comparisons cannot read ...
 NOT_DENSE = "not an ordinary dense tensor"  # ... or one they could not compare
 KEEP_DTYPE = "should keep the input's dtype"
+NOT_IDS = "should hold integer ids (torch.long)"
 ONLY_UNBATCHED = "works on a single sample but not on a batch of several"
 ONLY_BATCHED = "counts axes from the front, so it fails on a single unbatched sample"
 EXIT_ADVICE = (
@@ -425,6 +428,15 @@ def expect_same_dtype(got, dtype, what="output", context="", advice=_DTYPE_ADVIC
         return
     where = f" ({context})" if context else ""
     raise Mistake(f"the {what} {KEEP_DTYPE} {dtype}, but it is {got.dtype}{where}. {advice}")
+
+
+def expect_ids(got, device, what="output", context="", advice=""):
+    """A dense tensor of integer ids (tokens, words) on the inputs' device; float or bool values are no ids."""
+    expect_tensor(got, what=what)
+    expect_plain(got, device, what)
+    if got.is_floating_point() or got.dtype == torch.bool:
+        where = f" ({context})" if context else ""
+        raise Mistake(f"the {what} {NOT_IDS}, but it is {got.dtype}{where}. {advice}".rstrip())
 
 
 def close(a, b, atol=1e-5, rtol=1e-4):

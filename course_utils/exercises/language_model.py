@@ -21,7 +21,7 @@ from course_utils.exercises.checking import (
     close,
     describe,
     diagnose,
-    expect_plain,
+    expect_ids,
     expect_tensor,
     generator,
     randn,
@@ -37,7 +37,6 @@ LOSS_OVER_VOCAB = "you averaged over the vocabulary too"
 LOSS_NOT_SCALAR = "one number for the whole batch"
 LOSS_FLOAT = "return the loss as a tensor"
 LOSS_DETACHED = "your loss is cut off from the logits"
-SAMPLE_NOT_IDS = "the sampled ids should be integers (torch.long)"
 LOSS_CLASSES_AXIS = "cross_entropy reads the classes from dim 1"
 
 FILTER_TEMPERATURE_MULTIPLIED = "you multiplied by the temperature"
@@ -421,16 +420,13 @@ def _draw(candidate, logits, kwargs, seed):
 
 def _expect_ids(got, logits, case):
     batch = len(logits)
-    expect_tensor(got, what="sampled ids")
-    expect_plain(got, logits.device, "sampled ids")
+    expect_ids(got, logits.device, "sampled ids", case)
     if tuple(got.shape) == (batch, 1):
         raise Mistake(
             f"your ids have shape [{batch}, 1]; the function returns {SAMPLE_NOT_SQUEEZED}, shape "
             f"[{batch}]: torch.multinomial(probs, 1) gives [B, 1], so add .squeeze(-1). {case}"
         )
     expect_tensor(got, shape=(batch,), what="sampled ids")
-    if got.is_floating_point() or got.dtype == torch.bool:
-        raise Mistake(f"{SAMPLE_NOT_IDS}, got {got.dtype}. {case}")
 
 
 def _frequencies(ids, rows, vocab):

@@ -18,7 +18,7 @@ from course_utils.exercises.checking import (
     Mistake,
     call,
     diagnose,
-    expect_plain,
+    expect_ids,
     expect_tensor,
     generator,
     randn,
@@ -47,7 +47,6 @@ RS_TARGET_IS_KEY = "the target is the key"
 RS_SWAPPED_IDS = "key and value ids are swapped"
 RS_QUERIES_FIRST = "the queries come before the pairs"
 RS_NOT_A_PAIR = "return a pair (tokens, targets)"
-RS_NOT_IDS = "must be integer ids (torch.long)"
 
 
 # --------------------------------------------------------------------------- linear attention
@@ -367,10 +366,7 @@ def check_recall_sequences(candidate):
         expected_tokens, expected_targets = _recall_oracle(keys, values, queries)
         tokens, targets = _split_pair(call(candidate, keys, values, queries), description)
         for got, what in ((tokens, "tokens"), (targets, "targets")):
-            expect_tensor(got, what=what)
-            expect_plain(got, keys.device, what)
-            if got.is_floating_point():
-                raise Mistake(f"the {what} {RS_NOT_IDS}, not {got.dtype} ({description}).")
+            expect_ids(got, keys.device, what, description)
         mistakes = [
             (
                 f"{RS_QUERIES_FIRST}: a query can only be answered after its pair has been shown (the models are "

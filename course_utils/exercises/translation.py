@@ -38,6 +38,7 @@ from course_utils.exercises.checking import (
     call,
     close,
     diagnose,
+    expect_ids,
     expect_plain,
     expect_same_dtype,
     expect_tensor,
@@ -266,7 +267,6 @@ G_NO_EARLY_STOP = "you always ran max_len steps"
 G_MAX_LEN = "you ignored max_len"
 G_ONE_SHORT = "you wrote at most max_len - 1 words"
 G_NO_END = "the </s> tokens are missing"
-G_NOT_IDS = "the output should hold integer word ids"
 G_ENCODED_AGAIN = "your loop called model.encode"
 G_CALLED_MODEL = "your loop called model(...) itself"
 G_NOT_GREEDY = "your output is not the greedy translation"
@@ -385,12 +385,6 @@ def _decode_mistakes(model, encoder_output, mask, max_len, expected):
     ]
 
 
-def _check_ids(got, what):
-    expect_tensor(got, what=what)
-    if got.is_floating_point() or got.dtype == torch.bool:
-        raise Mistake(f"{G_NOT_IDS} (torch.long), but it is {got.dtype} ({what}): argmax gives long ids, keep them.")
-
-
 def _same_ids(got, wrong):
     return got.shape == wrong.shape and torch.equal(got.cpu().long(), wrong.cpu())
 
@@ -420,8 +414,7 @@ def check_decode_greedily(candidate):
         with torch.no_grad():
             got = call(candidate, model, encoder_output, mask, max_len)
             expected = decode_greedily(model, encoder_output, mask, max_len)
-        _check_ids(got, f"output ({context})")
-        expect_plain(got, encoder_output.device, f"output ({context})")
+        expect_ids(got, encoder_output.device, "output", context, "argmax gives long ids, keep them.")
         if _same_ids(got, expected):
             continue
         for message, wrong in _decode_mistakes(model, encoder_output, mask, max_len, expected):
@@ -437,7 +430,7 @@ def check_decode_greedily(candidate):
         encoder_output, mask = translator.encode(source)
         got = call(candidate, translator, encoder_output, mask, 6)
         expected = decode_greedily(translator, encoder_output, mask, 6)
-    _check_ids(got, "output on an untrained Translator")
+    expect_ids(got, encoder_output.device, "output on an untrained Translator")
     if not _same_ids(got, expected):
         raise Mistake(
             f"on an untrained Translator (2 sentences, max_len=6) your output differs from greedy decoding."
