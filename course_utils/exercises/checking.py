@@ -258,12 +258,17 @@ def _not_implemented(candidate, exc, arguments):
 
 
 def _clone(x):
-    return x.detach().clone() if isinstance(x, torch.Tensor) else x
+    """A copy to compare with after the call: tensors, and lists of them (or of tokens), by value."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    return [_clone(e) for e in x] if isinstance(x, list) else x
 
 
 def _unchanged(before, after):
+    if isinstance(before, list):
+        return len(before) == len(after) and all(map(_unchanged, before, after))
     if not isinstance(before, torch.Tensor):
-        return True
+        return before is after or before == after
     if before.shape != after.shape or before.dtype != after.dtype:
         return False
     if before.is_floating_point():
@@ -361,7 +366,7 @@ def call(candidate, *args, **kwargs):
         if not _unchanged(before, after):
             raise Mistake(
                 f"your function changed `{name}` in place. Use out-of-place operations (`x = x - m`, not "
-                f"`x -= m` or `x.sub_(m)`), so the caller's tensor stays as it was."
+                f"`x -= m` or `x.sub_(m)`; a copy of a list, `list(tokens)`), so the caller's argument stays as it was."
             )
     _check_result(result, pairs, arguments)
     return result

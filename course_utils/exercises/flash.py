@@ -338,13 +338,7 @@ def check_running_logsumexp(candidate):
     for description, scores, width in _lse_cases():
         blocks = list(scores.split(width, dim=-1))
         expected = torch.logsumexp(scores.double(), dim=-1).to(scores.dtype)  # the oracle: the whole row at once
-        originals = [b.clone() for b in blocks]  # `call` watches tensor arguments, not tensors inside a list
         got = call(candidate, blocks)
-        if any(not torch.equal(b, o) for b, o in zip(blocks, originals, strict=True)):
-            raise Mistake(
-                "your function changed a block of score_blocks in place. Use out-of-place operations "
-                "(`s = s - m`, not `s -= m` or `s.sub_(m)`), so the caller's scores stay as they were."
-            )
         _lse_shape_mistake(got, expected, blocks)
         expect_tensor(got, expected.shape, what=f"logsumexp for {description}")
         expect_same_dtype(got, scores.dtype, "logsumexp", description)

@@ -35,7 +35,6 @@ SW_MEAN_KEYS = "you took the *mean* over the keys"
 SW_MEAN_OCCURRENCES = "you averaged a query's weights over its other occurrences instead of adding them up"
 SW_EARLIER = "you counted only the *earlier* occurrences"
 SW_SUMMED_QUERIES = "you added up the queries' weights instead of averaging them"
-SW_TOKENS_CHANGED = "your function changed the list of tokens it was given"
 
 
 def _random_attention(shape, generator):
@@ -300,10 +299,7 @@ def check_same_word_score(candidate):
         ),
     ]
     for attn, tokens, context in cases:
-        given = list(tokens)
-        got = call(candidate, attn, given)
-        if given != tokens:
-            raise Mistake(f"{SW_TOKENS_CHANGED}; leave the caller's list as it was.")
+        got = call(candidate, attn, list(tokens))
         _check_same_word_shape(got, attn)
         context = f"{context}; tokens {tokens}"
         diagnose(
