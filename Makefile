@@ -59,7 +59,7 @@ test-notebooks: install
 
 # JupyterLab in headless Chromium runs lesson 04 (also part of `test`)
 test-browser: install
-	$(PY) -m pytest tests/test_browser.py
+	$(PY) -m pytest tests/notebooks/test_browser.py
 
 # Debian's chromium for the real-browser test (needs root and apt; CI runs this first)
 browser:
@@ -91,18 +91,18 @@ execute: install
 	$(PY) scripts/clean_notebooks.py $(NOTEBOOKS)
 
 # The whole suite on a CUDA GPU: strict nbval with COURSE_DEVICE=cuda against the committed outputs,
-# the unit tests, then the GPU benchmarks; one summary. Results in artifacts/gpu/ (see tests/gpu_suite.py).
+# the unit tests, then the GPU benchmarks; one summary. Results in artifacts/gpu/ (see scripts/gpu_suite.py).
 # Needs a CUDA build of PyTorch in .venv (README: TORCH_INDEX_URL); stops with the reason without a GPU.
 test-gpu: install
-	$(PY) tests/gpu_suite.py
+	$(PY) scripts/gpu_suite.py
 
 # Only the benchmarks: lesson 07 re-run by papermill in bfloat16, batch 4, 16 heads, head_dim 64,
 # n up to 8192. GPU_PEAK_TFLOPS: the GPU's dense bf16 peak from its data sheet (989 = H100/H200 SXM).
 GPU_PEAK_TFLOPS ?= 989
 gpu-benchmark: install
-	$(PY) tests/gpu_suite.py --benchmarks --peak-tflops $(GPU_PEAK_TFLOPS)
+	$(PY) scripts/gpu_suite.py --benchmarks --peak-tflops $(GPU_PEAK_TFLOPS)
 
-# Wheels for a GPU machine that cannot download and keeps its own PyTorch (tests/gpu_machine.sh):
+# Wheels for a GPU machine that cannot download and keeps its own PyTorch (scripts/gpu_machine.sh):
 # everything pinned except PyTorch and what it brings, and what the GPU run never uses.
 GPU_PYTHON_VERSION ?= 3.12
 GPU_MACHINE_HAS := torch|triton|nvidia-.*|filelock|fsspec|jinja2|markupsafe|mpmath|networkx|sympy|typing.extensions|setuptools

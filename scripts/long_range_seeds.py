@@ -3,7 +3,7 @@
 Run from the course folder: ``python scripts/long_range_seeds.py`` (about 6 minutes on one CPU core).
 It writes ``data/long_range_seeds.json``: the settings and, for every run, its held-out accuracy
 by distance and its first training losses. The lesson prints these results and re-runs seed 0 of
-some of them live; ``tests/test_long_range_seeds.py`` checks that this script reproduces them.
+some of them live; ``tests/scripts/test_long_range_seeds.py`` checks that this script reproduces them.
 
 Seed s seeds both the model's initial weights (torch.manual_seed(s)) and the training batches
 (fit's generator). Seed 1 is left out: it draws the held-out sets.

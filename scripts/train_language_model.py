@@ -6,7 +6,7 @@
 Writes data/language_model_seed{0,1,2}.pt (weights in float16, to keep the files small)
 and data/language_model_settings.json: the settings, the characters of the vocabulary,
 the corpus's SHA-256, and per seed the loss of every 10th step, the first 20 losses, and
-the validation loss of the stored (float16) weights. tests/test_language_model.py checks
+the validation loss of the stored (float16) weights. tests/unit/test_language_model.py checks
 that this script's first steps reproduce the stored losses and that the stored weights
 give the stored validation loss.
 """

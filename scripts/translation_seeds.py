@@ -5,7 +5,7 @@ It writes ``data/translation_seeds.json``: the settings and, for every seed, the
 the English words that the rows writing *la*, *voiture* and *bleue* read most in *the blue car*, the
 alignment accuracy, the swap counts for the article's and the noun's vectors, and the first training
 losses. The lesson prints these results and re-trains seeds 0-2 live;
-``tests/test_translation_seeds.py`` checks that this script reproduces them.
+``tests/scripts/test_translation_seeds.py`` checks that this script reproduces them.
 
 Seed s seeds both the translator's initial weights (torch.manual_seed(s)) and its training batches.
 """

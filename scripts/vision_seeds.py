@@ -5,7 +5,7 @@ It writes ``data/vision_seeds.json``: the settings and, for every seed, the held
 of [CLS] attention on the shape's patches per layer and head, attention rollout's share, the occlusion
 accuracies, how often the last layer's most attended patch holds part of the shape, and the first
 training losses. The lesson trains seed 0 live and prints the others from here;
-``tests/test_vision_seeds.py`` checks that this script reproduces them.
+``tests/scripts/test_vision_seeds.py`` checks that this script reproduces them.
 
 Seed s seeds both the model's initial weights (torch.manual_seed(s)) and its training images.
 """

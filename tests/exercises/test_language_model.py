@@ -1,0 +1,323 @@
+"""Lesson 10 checkers: the solutions pass, each planted mistake is named by its own message."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.exercises import check, solution
+from course_utils.exercises import language_model as ex
+from course_utils.language_model import LayerCache, filter_logits
+from tests.exercises.asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
+
+IDS = ["next_token_loss", "filter_logits", "sample_next_token", "decode_with_cache"]
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_stub_is_not_attempted(exercise_id):
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    assert check(exercise_id, stub, quiet=True).status == "not attempted"
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_reference_passes(exercise_id):
+    assert_passes(exercise_id, solution(exercise_id))
+
+
+# --------------------------------------------------------------------------- next_token_loss
+
+
+def _flat(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def _per_token(logits, tokens):
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")  # [B, T-1]
+
+
+LOSS_MISTAKES = {
+    "no shift": (lambda logits, tokens: _flat(logits, tokens), ex.LOSS_NO_SHIFT),
+    "wrong way": (lambda logits, tokens: _flat(logits[:, 1:], tokens[:, :-1]), ex.LOSS_WRONG_WAY),
+    "both shifted (from 1)": (lambda logits, tokens: _flat(logits[:, 1:], tokens[:, 1:]), ex.LOSS_BOTH_SHIFTED),
+    "both shifted (to -1)": (lambda logits, tokens: _flat(logits[:, :-1], tokens[:, :-1]), ex.LOSS_BOTH_SHIFTED),
+    "softmax first": (lambda logits, tokens: _flat(logits.softmax(-1)[:, :-1], tokens[:, 1:]), ex.LOSS_SOFTMAX_FIRST),
+    "summed over positions": (lambda logits, tokens: _per_token(logits, tokens).sum(1).mean(), ex.LOSS_SUMMED),
+    "mean over batch only": (lambda logits, tokens: _per_token(logits, tokens).mean(0), ex.LOSS_NOT_SCALAR),
+    "mean over the vocabulary": (
+        lambda logits, tokens: -(logits[:, :-1].log_softmax(-1) * F.one_hot(tokens[:, 1:], logits.shape[-1])).mean(),
+        ex.LOSS_OVER_VOCAB,
+    ),
+    "item()": (lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:]).item(), ex.LOSS_FLOAT),
+    "detached": (lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:]).detach(), ex.LOSS_DETACHED),
+    "classes on dim 2": (lambda logits, tokens: F.cross_entropy(logits[:, :-1], tokens[:, 1:]), ex.LOSS_CLASSES_AXIS),
+}
+
+
+@pytest.mark.parametrize("name", LOSS_MISTAKES)
+def test_next_token_loss_mistake_is_named(name):
+    candidate, phrase = LOSS_MISTAKES[name]
+    assert_caught("next_token_loss", candidate, phrase)
+
+
+def test_next_token_loss_messages_name_only_their_mistake():
+    assert_each_message_names_only_its_mistake(LOSS_MISTAKES, lambda c: check("next_token_loss", c, quiet=True))
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        lambda logits, tokens: F.nll_loss(
+            logits[:, :-1].log_softmax(-1).reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+        ),
+        lambda logits, tokens: F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:]),
+        lambda logits, tokens: -logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None]).mean(),
+    ],
+    ids=["log_softmax + nll_loss", "transpose(1, 2)", "gather"],
+)
+def test_next_token_loss_correct_alternatives_pass(candidate):
+    assert_passes("next_token_loss", candidate)
+
+
+# --------------------------------------------------------------------------- filter_logits
+
+
+def _top_p(logits, top_p, crossing=True):
+    probs = logits.softmax(-1)
+    sorted_probs, order = probs.sort(-1, descending=True)
+    cumulative = sorted_probs.cumsum(-1)
+    drop_sorted = (cumulative - sorted_probs >= top_p) if crossing else (cumulative >= top_p)
+    return logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+
+
+def _top_k(logits, top_k, by_index=False, fill=float("-inf")):
+    if by_index:
+        indices = logits.topk(top_k, dim=-1).indices
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, indices, True)
+        return logits.masked_fill(~keep, fill)
+    kth = logits.topk(top_k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, fill)
+
+
+def _filter(
+    logits,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    *,
+    multiply=False,
+    p_first=False,
+    crossing=True,
+    by_index=False,
+    clamp_k=True,
+    renormalise=False,
+    probabilities=False,
+    fill=float("-inf"),
+):
+    """A learner's filter_logits with switches for the planted mistakes."""
+    if p_first and top_p is not None and top_p < 1:
+        logits = _top_p(logits, top_p, crossing)
+    logits = logits * temperature if multiply else logits / temperature
+    if top_k is not None and (top_k < logits.shape[-1] or not clamp_k):
+        logits = _top_k(logits, top_k, by_index, fill)
+    if top_p is not None and top_p < 1 and not p_first:
+        logits = _top_p(logits, top_p, crossing)
+        if fill != float("-inf"):
+            logits = logits.masked_fill(torch.isinf(logits), fill)
+    if renormalise:
+        logits = logits.log_softmax(-1)
+    if probabilities:
+        return logits.softmax(-1)
+    return logits
+
+
+def _smallest(logits, top_k):
+    if top_k >= logits.shape[-1]:
+        return logits
+    kth = logits.topk(top_k, dim=-1, largest=False).values[..., -1:]
+    return logits.masked_fill(logits > kth, float("-inf"))
+
+
+def _variant(**switches):
+    return lambda logits, temperature=1.0, top_k=None, top_p=None: _filter(
+        logits, temperature, top_k, top_p, **switches
+    )
+
+
+FILTER_MISTAKES = {
+    "temperature multiplied": (_variant(multiply=True), ex.FILTER_TEMPERATURE_MULTIPLIED),
+    "top-p before temperature": (_variant(p_first=True), ex.FILTER_TOP_P_BEFORE_TEMPERATURE),
+    "crossing token dropped": (_variant(crossing=False), ex.FILTER_CROSSING_DROPPED),
+    "log_softmax after filtering": (_variant(renormalise=True), ex.FILTER_RENORMALISED),
+    "probabilities returned": (_variant(probabilities=True), ex.FILTER_PROBABILITIES),
+    "ties broken by index": (_variant(by_index=True), ex.FILTER_TIES),
+    "top_k > V not handled": (_variant(clamp_k=False), ex.FILTER_TOP_K_TOO_LARGE),
+    "filled with -1e9": (_variant(fill=-1e9), ex.FILTER_NOT_MINUS_INF),
+    "temperature ignored": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None: _filter(logits, 1.0, top_k, top_p),
+        ex.FILTER_NO_TEMPERATURE,
+    ),
+    "k smallest": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None: (
+            _smallest(_filter(logits, temperature), top_k)
+            if top_k is not None and top_p is None
+            else _filter(logits, temperature, top_k, top_p)
+        ),
+        ex.FILTER_SMALLEST,
+    ),
+    "top-p before top-k": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None: _filter(
+            _filter(logits, temperature, None, top_p), 1.0, top_k, None
+        ),
+        ex.FILTER_TOP_P_BEFORE_TOP_K,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FILTER_MISTAKES)
+def test_filter_logits_mistake_is_named(name):
+    candidate, phrase = FILTER_MISTAKES[name]
+    assert_caught("filter_logits", candidate, phrase)
+
+
+def test_filter_logits_messages_name_only_their_mistake():
+    assert_each_message_names_only_its_mistake(FILTER_MISTAKES, lambda c: check("filter_logits", c, quiet=True))
+
+
+def test_filter_logits_sorting_free_alternative_passes():
+    def by_loops(logits, temperature=1.0, top_k=None, top_p=None):
+        out = logits / temperature
+        flat = out.reshape(-1, out.shape[-1]).clone()
+        for row in flat:
+            if top_k is not None and top_k < len(row):
+                row[row < row.topk(top_k).values[-1]] = float("-inf")
+            if top_p is not None and top_p < 1:
+                probs, mass = row.softmax(-1), 0.0
+                for i in probs.argsort(descending=True).tolist():
+                    if mass >= top_p:
+                        row[i] = float("-inf")
+                    mass += probs[i].item()
+        return flat.reshape(out.shape)
+
+    assert_passes("filter_logits", by_loops)
+
+
+# --------------------------------------------------------------------------- sample_next_token
+
+
+def _sample(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    return torch.multinomial(filter_logits(logits, temperature, top_k, top_p).softmax(-1), 1, generator=generator)
+
+
+SAMPLE_MISTAKES = {
+    "argmax": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: filter_logits(
+            logits, temperature, top_k, top_p
+        ).argmax(-1),
+        ex.SAMPLE_GREEDY,
+    ),
+    "no generator": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: _sample(
+            logits, temperature, top_k, top_p
+        ).squeeze(-1),
+        ex.SAMPLE_GENERATOR,
+    ),
+    "not squeezed": (_sample, ex.SAMPLE_NOT_SQUEEZED),
+    "unfiltered": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: torch.multinomial(
+            logits.softmax(-1), 1, generator=generator
+        ).squeeze(-1),
+        ex.SAMPLE_UNFILTERED,
+    ),
+    "top_k not passed on": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: _sample(
+            logits, temperature, None, top_p, generator
+        ).squeeze(-1),
+        ex.SAMPLE_EXCLUDED,
+    ),
+    "multinomial on logits": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: torch.multinomial(
+            filter_logits(logits, temperature, top_k, top_p), 1, generator=generator
+        ).squeeze(-1),
+        ex.SAMPLE_LOGITS_AS_PROBS,
+    ),
+    "temperature squared": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: _sample(
+            logits / temperature, temperature, top_k, top_p, generator
+        ).squeeze(-1),
+        ex.SAMPLE_WRONG_FREQUENCIES,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SAMPLE_MISTAKES)
+def test_sample_next_token_mistake_is_named(name):
+    candidate, phrase = SAMPLE_MISTAKES[name]
+    assert_caught("sample_next_token", candidate, phrase)
+
+
+def test_sample_next_token_messages_name_only_their_mistake():
+    assert_each_message_names_only_its_mistake(SAMPLE_MISTAKES, lambda c: check("sample_next_token", c, quiet=True))
+
+
+def test_gumbel_max_sampling_passes():
+    def gumbel(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        filtered = filter_logits(logits, temperature, top_k, top_p)
+        uniform = torch.rand(filtered.shape, generator=generator).clamp_min(1e-12)
+        return (filtered - (-uniform.log()).log()).argmax(-1)
+
+    assert_passes("sample_next_token", gumbel)
+
+
+# --------------------------------------------------------------------------- decode_with_cache
+
+
+def _decode(model, prompt, steps, mistake=None):
+    caches = [LayerCache()] * len(model.blocks) if mistake == "shared" else [LayerCache() for _ in model.blocks]
+    tokens, new_tokens = prompt, prompt
+    for _ in range(steps):
+        if mistake == "fresh":
+            caches = [LayerCache() for _ in model.blocks]
+        if mistake == "no cache":
+            logits = model(tokens)
+        else:
+            logits = model(new_tokens, caches)
+        next_token = logits[:, 0 if mistake == "first" else -1].argmax(-1, keepdim=True)
+        tokens = torch.cat([tokens, next_token], dim=1)
+        new_tokens = {"whole": tokens, "same": prompt[:, -1:]}.get(mistake, next_token)
+    return tokens[:, prompt.shape[1] :] if mistake == "only new" else tokens
+
+
+def _decode_variant(mistake):
+    return lambda model, prompt, steps: _decode(model, prompt, steps, mistake)
+
+
+DECODE_MISTAKES = {
+    "no cache": (_decode_variant("no cache"), ex.CACHE_NOT_USED),
+    "fresh caches": (_decode_variant("fresh"), ex.CACHE_FRESH_EACH_STEP),
+    "whole text again": (_decode_variant("whole"), ex.CACHE_WHOLE_TEXT_AGAIN),
+    "one shared cache": (_decode_variant("shared"), ex.CACHE_SHARED),
+    "first position": (_decode_variant("first"), ex.CACHE_FIRST_POSITION),
+    "same token": (_decode_variant("same"), ex.CACHE_SAME_TOKEN),
+    "only new tokens": (_decode_variant("only new"), ex.CACHE_ONLY_NEW),
+}
+
+
+@pytest.mark.parametrize("name", DECODE_MISTAKES)
+def test_decode_with_cache_mistake_is_named(name):
+    candidate, phrase = DECODE_MISTAKES[name]
+    assert_caught("decode_with_cache", candidate, phrase)
+
+
+def test_decode_with_cache_prompt_fed_token_by_token_passes():
+    def one_at_a_time(model, prompt, steps):
+        caches = [LayerCache() for _ in model.blocks]
+        for t in range(prompt.shape[1] - 1):
+            model(prompt[:, t : t + 1], caches)
+        tokens = prompt
+        for _ in range(steps):
+            logits = model(tokens[:, -1:], caches)
+            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return tokens
+
+    assert_passes("decode_with_cache", torch.no_grad()(one_at_a_time))

@@ -1,0 +1,239 @@
+"""Lesson 12's checkers: the solutions pass, and each planted mistake gets its own message.
+
+The mistaken candidates are written the way a learner might write them (loops over the
+tokens), independently of the checker's own mistake generators.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.exercises import check, checking, solution
+from course_utils.exercises import linear_attention as ex
+from course_utils.recall import QUESTION
+from tests.exercises.asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
+
+# --------------------------------------------------------------------------- linear_attention_recurrent
+
+
+def learner_linear(q, k, v, normaliser="all", read="after", phi_v=False, causal=True, phi=True):
+    fq, fk = (F.elu(q) + 1, F.elu(k) + 1) if phi else (q, k)
+    values = F.elu(v) + 1 if phi_v else v
+    T = q.shape[-2]
+    S = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
+    z = torch.zeros(*q.shape[:-1][:-1], q.shape[-1], dtype=q.dtype)
+    if not causal:  # the sums over the whole sequence, once
+        S = torch.einsum("...tk,...tv->...kv", fk, values)
+        z = fk.sum(-2)
+    outputs = []
+    for t in range(T):
+        qt, kt = fq[..., t, :], fk[..., t, :]
+        if read == "before":
+            out = torch.einsum("...k,...kv->...v", qt, S) / (qt * z).sum(-1, keepdim=True)
+        if causal:
+            S = S + torch.einsum("...k,...v->...kv", kt, values[..., t, :])
+            z = z + kt
+        if read == "after":
+            numerator = torch.einsum("...k,...kv->...v", qt, S)
+            if normaliser == "all":
+                out = numerator / (qt * z).sum(-1, keepdim=True)
+            elif normaliser == "current":
+                out = numerator / (qt * kt).sum(-1, keepdim=True)
+            else:
+                out = numerator
+        outputs.append(out)
+    return torch.stack(outputs, dim=-2)
+
+
+def linear_as_masked_matrix(q, k, v):
+    """A correct answer written another way: the parallel form."""
+    scores = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)
+    scores = scores.tril()
+    return scores @ v / scores.sum(-1, keepdim=True)
+
+
+def linear_as_softmax(q, k, v):
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(
+        ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")
+    )
+    return torch.softmax(scores, dim=-1) @ v
+
+
+LINEAR_MISTAKES = {
+    "no normaliser": (lambda q, k, v: learner_linear(q, k, v, normaliser=None), ex.LA_NO_NORMALISER),
+    "current normaliser": (lambda q, k, v: learner_linear(q, k, v, normaliser="current"), ex.LA_CURRENT_NORMALISER),
+    "read before add": (lambda q, k, v: learner_linear(q, k, v, read="before"), ex.LA_READ_BEFORE_ADD),
+    "phi on v": (lambda q, k, v: learner_linear(q, k, v, phi_v=True), ex.LA_PHI_ON_V),
+    "non-causal sums": (lambda q, k, v: learner_linear(q, k, v, causal=False), ex.LA_NOT_CAUSAL),
+    "no phi": (lambda q, k, v: learner_linear(q, k, v, phi=False), ex.LA_NO_PHI),
+    "softmax": (linear_as_softmax, ex.LA_SOFTMAX),
+}
+
+
+def test_linear_solution_and_other_correct_versions_pass():
+    assert_passes("linear_attention_recurrent", solution("linear_attention_recurrent"))
+    assert_passes("linear_attention_recurrent", learner_linear)
+    assert_passes("linear_attention_recurrent", linear_as_masked_matrix)
+
+
+@pytest.mark.parametrize("name", LINEAR_MISTAKES)
+def test_each_linear_attention_mistake_is_named(name):
+    candidate, phrase = LINEAR_MISTAKES[name]
+    assert_caught("linear_attention_recurrent", candidate, phrase)
+
+
+def test_linear_attention_messages_name_only_their_mistake():
+    assert_each_message_names_only_its_mistake(
+        LINEAR_MISTAKES, lambda c: check("linear_attention_recurrent", c, quiet=True)
+    )
+
+
+# --------------------------------------------------------------------------- delta_rule
+
+
+def learner_delta(q, k, v, beta, update="delta", norm_k=True, norm_q=True, read="after"):
+    if norm_k:
+        k = k / k.norm(dim=-1, keepdim=True)
+    if norm_q:
+        q = q / q.norm(dim=-1, keepdim=True)
+    S = torch.zeros(*k.shape[:-2], v.shape[-1], k.shape[-1], dtype=q.dtype)
+    outputs = []
+    for t in range(k.shape[-2]):
+        kt, vt, bt, qt = k[..., t, :], v[..., t, :], beta[..., t].unsqueeze(-1), q[..., t, :]
+        before = torch.einsum("...vk,...k->...v", S, qt)
+        recalled = torch.einsum("...vk,...k->...v", S, kt)
+        if update == "delta":
+            write = bt * (vt - recalled)
+        elif update == "additive":
+            write = bt * vt
+        elif update == "beta on v":
+            write = bt * vt - recalled
+        elif update == "beta on recalled":
+            write = vt - bt * recalled
+        S = S + torch.einsum("...v,...k->...vk", write, kt)
+        outputs.append(before if read == "before" else torch.einsum("...vk,...k->...v", S, qt))
+    return torch.stack(outputs, dim=-2)
+
+
+def delta_with_transposed_state(q, k, v, beta):
+    """A correct answer with the state kept as [d_k, d_v] (S^T): the same outputs."""
+    q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    S = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=q.dtype)
+    outputs = []
+    for t in range(k.shape[-2]):
+        kt = k[..., t, :]
+        error = v[..., t, :] - (kt.unsqueeze(-1) * S).sum(-2)
+        S = S + beta[..., t, None, None] * kt.unsqueeze(-1) * error.unsqueeze(-2)
+        outputs.append((q[..., t, :].unsqueeze(-1) * S).sum(-2))
+    return torch.stack(outputs, dim=-2)
+
+
+DELTA_MISTAKES = {
+    "additive": (lambda *a: learner_delta(*a, update="additive"), ex.DR_ADDITIVE),
+    "beta on v": (lambda *a: learner_delta(*a, update="beta on v"), ex.DR_BETA_WRONG_TERM),
+    "beta on recalled": (lambda *a: learner_delta(*a, update="beta on recalled"), ex.DR_BETA_WRONG_TERM),
+    "keys not normalised": (lambda *a: learner_delta(*a, norm_k=False), ex.DR_KEYS_NOT_NORMALISED),
+    "queries not normalised": (lambda *a: learner_delta(*a, norm_q=False), ex.DR_QUERIES_NOT_NORMALISED),
+    "read before update": (lambda *a: learner_delta(*a, read="before"), ex.DR_READ_BEFORE_UPDATE),
+    "no beta": (lambda q, k, v, beta: learner_delta(q, k, v, torch.ones_like(beta)), ex.DR_NO_BETA),
+}
+
+
+def test_delta_solution_and_other_correct_versions_pass():
+    assert_passes("delta_rule", solution("delta_rule"))
+    assert_passes("delta_rule", learner_delta)
+    assert_passes("delta_rule", delta_with_transposed_state)
+
+
+@pytest.mark.parametrize("name", DELTA_MISTAKES)
+def test_each_delta_rule_mistake_is_named(name):
+    candidate, phrase = DELTA_MISTAKES[name]
+    assert_caught("delta_rule", candidate, phrase)
+
+
+def test_delta_rule_messages_name_only_their_mistake():
+    # "beta on v" and "beta on recalled" share one phrase on purpose (one mistake, two ways)
+    distinct = {k: v for k, v in DELTA_MISTAKES.items() if k != "beta on recalled"}
+    assert_each_message_names_only_its_mistake(distinct, lambda c: check("delta_rule", c, quiet=True))
+
+
+# --------------------------------------------------------------------------- recall_sequences
+
+
+def learner_sequences(keys, values, queries, leak=False, pair_targets=False, index_key=False, target_key=False,
+                      swap=False, queries_first=False):  # fmt: skip
+    B, P = keys.shape
+    rows_tokens, rows_targets = [], []
+    for b in range(B):
+        seq = [[keys[b, i].item(), values[b, i].item()] for i in range(P)]
+        tgt = [values[b, i].item() if pair_targets else -100 for i in range(P)]
+        asked, answers = [], []
+        for j in queries[b].tolist():
+            key = j if index_key else keys[b, j].item()
+            asked.append([key, values[b, j].item() if leak else QUESTION])
+            answers.append(keys[b, j].item() if target_key else values[b, j].item())
+        if swap:
+            seq, asked = [s[::-1] for s in seq], [a[::-1] for a in asked]
+        rows_tokens.append(asked + seq if queries_first else seq + asked)
+        rows_targets.append(answers + tgt if queries_first else tgt + answers)
+    return torch.tensor(rows_tokens), torch.tensor(rows_targets)
+
+
+RECALL_MISTAKES = {
+    "answer leaked": (lambda *a: learner_sequences(*a, leak=True), ex.RS_ANSWER_LEAKED),
+    "pairs have targets": (lambda *a: learner_sequences(*a, pair_targets=True), ex.RS_TARGETS_ON_PAIRS),
+    "index as key": (lambda *a: learner_sequences(*a, index_key=True), ex.RS_INDEX_AS_KEY),
+    "target is key": (lambda *a: learner_sequences(*a, target_key=True), ex.RS_TARGET_IS_KEY),
+    "ids swapped": (lambda *a: learner_sequences(*a, swap=True), ex.RS_SWAPPED_IDS),
+    "queries first": (lambda *a: learner_sequences(*a, queries_first=True), ex.RS_QUERIES_FIRST),
+}
+
+
+def test_recall_solution_and_other_correct_versions_pass():
+    assert_passes("recall_sequences", solution("recall_sequences"))
+    assert_passes("recall_sequences", learner_sequences)
+
+
+@pytest.mark.parametrize("name", RECALL_MISTAKES)
+def test_each_recall_sequences_mistake_is_named(name):
+    candidate, phrase = RECALL_MISTAKES[name]
+    assert_caught("recall_sequences", candidate, phrase)
+
+
+def test_recall_messages_name_only_their_mistake():
+    assert_each_message_names_only_its_mistake(RECALL_MISTAKES, lambda c: check("recall_sequences", c, quiet=True))
+
+
+def test_recall_wrong_types_are_reported():
+    assert_caught("recall_sequences", lambda k, v, q: None, checking.RETURNED_NONE)
+    assert_caught("recall_sequences", lambda k, v, q: learner_sequences(k, v, q)[0], ex.RS_NOT_A_PAIR)
+    assert_caught(
+        "recall_sequences", lambda k, v, q: tuple(t.float() for t in learner_sequences(k, v, q)), checking.NOT_IDS
+    )
+
+
+# --------------------------------------------------------------------------- all three
+
+
+def test_stubs_are_not_attempted():
+    def stub(*args):
+        raise NotImplementedError
+
+    for exercise_id in ("linear_attention_recurrent", "delta_rule", "recall_sequences"):
+        assert check(exercise_id, stub, quiet=True).status == "not attempted"
+
+
+def test_inputs_are_not_changed_in_place():
+    def zero_v(q, k, v):
+        out = learner_linear(q, k, v)
+        v.zero_()
+        return out
+
+    assert_caught("linear_attention_recurrent", zero_v, "changed `v` in place")
+
+    def normalise_k_in_place(q, k, v, beta):
+        k /= k.norm(dim=-1, keepdim=True)
+        return learner_delta(q, k, v, beta)
+
+    assert_caught("delta_rule", normalise_k_in_place, "changed `k` in place")

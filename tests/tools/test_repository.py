@@ -1,0 +1,171 @@
+"""The house rules a maintainer relies on: the README matches the lessons, every exercise has
+tests, notebooks are committed clean, the licence, the lock and the template hold."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from course_utils.exercises import exercise_ids
+from tests.notebooks import test_notebook_hygiene as hygiene
+from tests.notebook_tools import exercise_cells, lesson_notebooks
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+sys.path.insert(0, str(ROOT / "scripts"))
+import clean_notebooks  # noqa: E402
+import lock_requirements  # noqa: E402
+
+
+def _table_after(heading):
+    """Rows of the first markdown table after a heading, as lists of cells."""
+    section = README.split(heading, 1)[1]
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        elif rows:
+            break
+    return [r for r in rows[2:]]  # without the header and the --- line
+
+
+def _lesson(path):
+    return path.name.split("_", 1)[0]
+
+
+def _stated_minutes(nb):
+    """The notebook's own time, in minutes: 'About 85 minutes' -> '85', 'About 2.5-3 hours' -> '150-180'."""
+    opening = next(c.source for c in nb.cells if c.cell_type == "markdown")
+    match = re.search(r"\*\*Time[^*]*\*\*\s*About ([\d.]+(?:-[\d.]+)?) (minutes|hours)", opening)
+    assert match, f"the opening cell should say '**Time.** About N minutes' (or hours): {opening[:200]!r}"
+    per_unit = 60 if match.group(2) == "hours" else 1
+    return "-".join(f"{float(n) * per_unit:g}" for n in match.group(1).split("-"))
+
+
+def test_readme_lesson_map_lists_every_notebook_with_its_time():
+    rows = {row[0]: row for row in _table_after("## Lesson map")}
+    notebooks = {_lesson(p): p for p in lesson_notebooks()}
+    assert sorted(rows) == sorted(notebooks), "the README's lesson map and notebooks/ list different lessons"
+    for lesson, path in notebooks.items():
+        row = rows[lesson]
+        assert row[1] == f"`{path.stem}`", f"lesson {lesson}: the map names {row[1]}, the file is {path.stem}"
+        minutes = _stated_minutes(nbformat.read(path, as_version=4))
+        stated = row[-1].split(" ", 1)[0]
+        assert stated == minutes, f"lesson {lesson}: the map says {row[-1]} min, the notebook says {minutes}"
+
+
+def test_readme_exercise_table_matches_the_notebooks():
+    rows = {row[0]: set(re.findall(r"`(\w+)`", row[1])) for row in _table_after("## How exercises and checkers work")}
+    in_notebooks = {}
+    for path in lesson_notebooks():
+        ids = {c.metadata["exercise_id"] for c in exercise_cells(nbformat.read(path, as_version=4))}
+        if ids:
+            in_notebooks[_lesson(path)] = ids
+    assert rows == in_notebooks, "the README's exercise table differs from the notebooks' exercise cells"
+    assert set().union(*rows.values()) == set(exercise_ids())
+
+
+@pytest.mark.parametrize("exercise_id", exercise_ids())
+def test_every_exercise_has_an_exercise_test_file(exercise_id):
+    files = [p for p in (ROOT / "tests" / "exercises").glob("test_*.py") if f'"{exercise_id}"' in p.read_text()]
+    assert files, f"no tests/exercises/test_*.py names {exercise_id!r}: test its solution and each named mistake"
+
+
+def test_licence_covers_code_and_lessons_and_the_readme_says_so():
+    licence = (ROOT / "LICENSE").read_text()
+    assert "MIT License" in licence and "Permission is hereby granted" in licence
+    assert "CC BY 4.0" in licence and "creativecommons.org/licenses/by/4.0" in licence
+    assert "MIT" in README and "CC BY 4.0" in README
+
+
+@pytest.mark.parametrize("nb_path", lesson_notebooks(), ids=lambda p: p.name)
+def test_notebooks_are_committed_without_stderr(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    streams = [i for i, c in enumerate(nb.cells) for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert not streams, f"{nb_path.name}: cells {streams} keep stderr outputs; re-execute with `make execute`"
+
+
+def test_clean_notebooks_drops_stderr_and_papermill_metadata(tmp_path):
+    nb = nbformat.v4.new_notebook(metadata={"papermill": {"duration": 1.0}})
+    cell = nbformat.v4.new_code_cell(
+        "print(1)",
+        metadata={"papermill": {}, "execution": {"iopub.status.busy": "2026-12-01T00:00:00Z"}, "tags": ["x"]},
+    )
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="1\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="\r 50%|#####     |"),
+    ]
+    nb.cells = [cell]
+    path = tmp_path / "a.ipynb"
+    nbformat.write(nb, path)
+    clean_notebooks.clean(path)
+    cleaned = nbformat.read(path, as_version=4)
+    assert "papermill" not in cleaned.metadata
+    assert cleaned.cells[0].metadata == {"tags": ["x"]}
+    assert [o.get("name") for o in cleaned.cells[0].outputs] == ["stdout"]
+
+
+def _pins(path):
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            pins[canonicalize_name(req.name)] = req
+    return pins
+
+
+def test_every_direct_dependency_is_locked_at_its_version_and_marker():
+    direct, locked = _pins(ROOT / "requirements.in"), _pins(ROOT / "requirements.txt")
+    for name, req in direct.items():
+        assert name in locked, f"{req.name} is in requirements.in but not in the lock: run `make lock`"
+        assert str(req.specifier) == str(locked[name].specifier), f"{req.name}: {req} here, {locked[name]} locked"
+        assert str(req.marker) == str(locked[name].marker), f"{req.name}: the lock lost its marker"
+
+
+def test_the_lock_keeps_a_direct_dependencys_marker(tmp_path):
+    requirements_in = tmp_path / "requirements.in"
+    requirements_in.write_text('# c\ntriton==3.9.0 ; sys_platform == "linux"\ntorch==2.13.0\n')
+    frozen = ["torch==2.13.0", "triton==3.9.0", "pip==25.0", "filelock==3.0"]
+    lines = lock_requirements.lock_lines(frozen, lock_requirements.direct_markers(requirements_in), ["# header"])
+    assert lines == ["# header", "filelock==3.0", "torch==2.13.0", 'triton==3.9.0; sys_platform == "linux"']
+
+
+TEMPLATE = ROOT / "templates" / "lesson_template.ipynb"
+
+
+def test_the_lesson_template_follows_the_lesson_rules():
+    nbformat.validate(nbformat.read(TEMPLATE, as_version=4))
+    hygiene.test_lesson_conventions(TEMPLATE)
+    hygiene.test_every_exercise_has_a_card(TEMPLATE)
+    hygiene.test_every_question_has_an_answer(TEMPLATE)
+    hygiene.test_no_solution_shown_unasked(TEMPLATE)
+
+
+def test_the_commit_hook_refuses_a_long_subject(tmp_path):
+    hook = ROOT / ".githooks" / "commit-msg"
+    cases = {"A short subject\n\nThe reasoning.\n": 0, "x" * 73 + "\n": 1, "Subject\nno blank line\n": 1, "\n": 1}
+    for message, expected in cases.items():
+        path = tmp_path / "MSG"
+        path.write_text(message)
+        assert subprocess.run(["bash", str(hook), str(path)], capture_output=True).returncode == expected, message
+
+
+def test_test_lesson_selects_one_lessons_tests():
+    from tests.lesson_tests import imported_modules, lesson_notebook, lesson_test_files
+
+    notebook = lesson_notebook("05c")
+    nb = nbformat.read(notebook, as_version=4)
+    assert "translation" in imported_modules(nb)
+    files, ids = lesson_test_files(nb)
+    assert ROOT / "tests" / "exercises" / "test_translation.py" in files
+    assert ROOT / "tests" / "unit" / "test_translation.py" in files
+    assert ROOT / "tests" / "unit" / "test_flash.py" not in files
+    assert {"cross_attention", "decode_greedily"} <= ids
+    with pytest.raises(ValueError, match="lessons:"):
+        lesson_notebook("99")
