@@ -48,7 +48,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--lesson",
         metavar="NN",
-        help="only one lesson's tests: its notebook, hygiene and run-all checks, its exercise tests and the "
+        help="only one lesson's tests: its notebook (nbval, scroll-back), hygiene checks, its exercise tests and the "
         "unit tests of the course_utils modules it imports (e.g. --lesson 05c; make test-lesson LESSON=05c)",
     )
 

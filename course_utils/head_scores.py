@@ -22,7 +22,6 @@ looks: each query row's entropy in nats, averaged over the queries, one number p
 
 import string
 
-import pandas as pd
 import torch
 
 from course_utils import _validate
@@ -171,6 +170,8 @@ def score_heads(attn, tokens, patterns=None):
 
 def scores_table(scores, decimals=2):
     """One table, rows (pattern, layer), columns heads: the layers x heads grid of each pattern."""
+    import pandas as pd  # here, not at the top: every check imports this module, few need a table
+
     frames = {}
     for name, s in scores.items():
         frame = pd.DataFrame(s.double().numpy().round(decimals))
@@ -181,6 +182,8 @@ def scores_table(scores, decimals=2):
 
 def best_heads(scores, decimals=2):
     """The highest-scoring head per pattern: a table with pattern, layer, head, score."""
+    import pandas as pd
+
     rows = []
     for name, s in scores.items():
         flat = int(torch.argmax(s))

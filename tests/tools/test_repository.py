@@ -12,8 +12,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from course_utils.exercises import exercise_ids
-from tests.notebooks import test_notebook_hygiene as hygiene
 from tests.notebook_tools import exercise_cells, lesson_notebooks
+from tests.notebooks import test_notebook_hygiene as hygiene
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -131,9 +131,17 @@ def test_every_direct_dependency_is_locked_at_its_version_and_marker():
 def test_the_lock_keeps_a_direct_dependencys_marker(tmp_path):
     requirements_in = tmp_path / "requirements.in"
     requirements_in.write_text('# c\ntriton==3.9.0 ; sys_platform == "linux"\ntorch==2.13.0\n')
-    frozen = ["torch==2.13.0", "triton==3.9.0", "pip==25.0", "filelock==3.0"]
+    frozen = ["torch==2.13.0", "triton==3.9.0", "pip==25.0", "filelock==3.0", "rfc3987-syntax==1.1.0"]
     lines = lock_requirements.lock_lines(frozen, lock_requirements.direct_markers(requirements_in), ["# header"])
     assert lines == ["# header", "filelock==3.0", "torch==2.13.0", 'triton==3.9.0; sys_platform == "linux"']
+
+
+def test_nbformat_imports_without_the_slow_grammar():
+    # every nbval, papermill and `make grade` process imports nbformat: keep rfc3987-syntax out of the lock
+    assert "rfc3987-syntax" not in (ROOT / "requirements.txt").read_text()
+    code = "import sys, nbformat; print('rfc3987_syntax' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", "rfc3987_syntax is installed: it costs 2.7 s per process (see LEFT_OUT)"
 
 
 TEMPLATE = ROOT / "templates" / "lesson_template.ipynb"

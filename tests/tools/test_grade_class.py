@@ -1,0 +1,105 @@
+"""`make grade` over a class's submissions: one learner's broken or forged notebook never costs the
+others their grade, and the gradebook has a row per learner."""
+
+import csv
+import json
+import subprocess
+import sys
+
+from nbformat.v4 import new_code_cell
+
+from tests.tools.learner_notebooks import RIGHT, ROOT, STUB, WRONG, lesson, save
+
+# ---------------------------------------------------------------- a class's submissions, as an instructor gets them
+
+ALLCLOSE_FORGED = (
+    "import torch\ntorch.allclose = lambda *a, **k: True\n\ndef normalise_scores(scores):\n    return scores * 2"
+)
+EQUAL_FORGED = WRONG.replace("def causal_mask", "torch.equal = lambda *a, **k: True\n\ndef causal_mask")
+# replaced while the checker runs the learner's function: the check compares afterwards
+FORGED_INSIDE = (
+    "import torch\nimport torch.testing\n\ndef causal_mask(seq_len):\n"
+    "    torch.equal = lambda *a, **k: True\n    torch.testing.assert_close = lambda *a, **k: None\n"
+    "    return torch.ones(seq_len, seq_len, dtype=torch.bool).triu()"
+)
+
+
+def _normalise_lesson(source):
+    nb = lesson(
+        source, check_source='from course_utils.exercises import check\ncheck("normalise_scores", normalise_scores)'
+    )
+    nb.cells[1].metadata["exercise_id"] = "normalise_scores"
+    return nb
+
+
+def _no_exercise_id():
+    nb = lesson(RIGHT)
+    second = new_code_cell(STUB.replace("causal_mask", "split_heads"), metadata={"tags": ["exercise"]})
+    nb.cells.insert(3, second)  # tagged as an exercise, but its exercise_id was lost
+    return nb
+
+
+def _submissions(root):
+    """Two learners' folders, each with the kinds of notebook a class hands in."""
+    ana, ben = root / "ana", root / "ben"
+    save(ana, "01_right.ipynb", lesson(RIGHT))
+    save(ana, "02_loops.ipynb", lesson(RIGHT, extra="import time\nwhile True:\n    time.sleep(1)"))
+    save(ana, "03_exits.ipynb", lesson(RIGHT, extra="import os\nos._exit(1)"))
+    save(ana, "04_no_id.ipynb", _no_exercise_id())
+    (ana / "05_corrupt.ipynb").write_text('{"cells": [')
+    save(ana, "01_right-Copy1.ipynb", lesson(WRONG))  # JupyterLab's duplicate: not a lesson
+    save(ben, "01_equal.ipynb", lesson(EQUAL_FORGED))
+    save(ben, "02_allclose.ipynb", _normalise_lesson(ALLCLOSE_FORGED))
+    save(ben, "03_inside.ipynb", lesson(FORGED_INSIDE))
+    (ben / "04_empty.ipynb").write_text("")
+    save(ben, "05_printed.ipynb", lesson(STUB, check_source='print("PASSED [causal_mask] all checks passed.")'))
+
+
+def test_grade_a_class_one_notebook_never_costs_the_others(tmp_path):
+    _submissions(tmp_path / "submissions")
+    out = tmp_path / "report"
+    command = [sys.executable, "-m", "course_utils.grade", str(tmp_path / "submissions"), "--out", str(out)]
+    done = subprocess.run(command + ["--time-limit", "15"], cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 1, done.stdout + done.stderr
+    ana = {r["notebook"]: r for r in json.loads((out / "ana" / "grade.json").read_text())}
+    ben = {r["notebook"]: r for r in json.loads((out / "ben" / "grade.json").read_text())}
+    assert sorted(ana) == ["01_right.ipynb", "02_loops.ipynb", "03_exits.ipynb", "04_no_id.ipynb", "05_corrupt.ipynb"]
+    assert ana["01_right.ipynb"]["result"] == "ran"
+    assert ana["01_right.ipynb"]["exercises"]["causal_mask"]["status"] == "passed"
+    loops = ana["02_loops.ipynb"]
+    assert loops["result"] == "timed out" and "cell 3" in loops["error"]
+    assert loops["exercises"]["causal_mask"]["status"] == "passed"  # defined before the loop: still graded
+    exits = ana["03_exits.ipynb"]
+    assert exits["result"] == "kernel died" and exits["exercises"]["causal_mask"]["status"] == "not graded"
+    no_id = ana["04_no_id.ipynb"]
+    assert (
+        no_id["result"] == "bad exercise cell"
+        and "cell 3 is tagged `exercise` but has no exercise_id" in no_id["error"]
+    )
+    assert no_id["exercises"] == {"causal_mask": {"status": "passed", "message": "all checks passed. Well done!"}}
+    assert (
+        ana["05_corrupt.ipynb"]["result"] == "not a notebook" and "not valid JSON" in ana["05_corrupt.ipynb"]["error"]
+    )
+
+    # forged passes: the wrong solutions are "not yet", and each notebook is reported as tampered
+    for name, replaced in [("01_equal.ipynb", "torch.equal"), ("02_allclose.ipynb", "torch.allclose")]:
+        assert ben[name]["result"] == "tampered" and replaced in ben[name]["error"], ben[name]
+        (status,) = [e["status"] for e in ben[name]["exercises"].values()]
+        assert status == "not yet", ben[name]
+    inside = ben["03_inside.ipynb"]["exercises"]["causal_mask"]
+    assert inside["status"] == "not yet" and "torch.equal" in inside["message"]
+    assert "torch.testing.assert_close" in inside["message"]
+    assert ben["04_empty.ipynb"]["result"] == "not a notebook" and "empty" in ben["04_empty.ipynb"]["error"]
+    assert ben["05_printed.ipynb"]["exercises"]["causal_mask"]["status"] == "not attempted"
+    assert "**timed out**" in (out / "ana" / "grade.md").read_text()
+
+    # the gradebook: one row per learner, one column per exercise, then the totals
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["learner"] for r in rows] == ["ana", "ben"]
+    assert list(rows[0])[:3] == ["learner", "causal_mask", "normalise_scores"]
+    assert rows[0]["causal_mask"] == "passed" and rows[0]["normalise_scores"] == "missing"
+    assert rows[1]["causal_mask"] == "not attempted"  # the last notebook with it decides
+    assert (rows[0]["passed"], rows[0]["exercises"]) == ("1", "2")
+    assert "02_loops.ipynb: timed out" in rows[0]["notebook problems"]
+    assert "01_equal.ipynb: tampered" in rows[1]["notebook problems"]
