@@ -17,7 +17,6 @@ import sys
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from course_utils.exercises import exercise_ids
 from tests.notebook_tools import ROOT, exercise_cells, lesson_notebooks
@@ -32,42 +31,43 @@ def test_every_exercise_appears_in_a_lesson():
 
 
 STUB = "def causal_mask(seq_len):\n    raise NotImplementedError"
-CHECK = "from course_utils.exercises import check\nprint(check('causal_mask', causal_mask))"
+# its output is not compared during Run All (the message may change); scrolling back, it must say PASSED
+CHECK = "# NBVAL_IGNORE_OUTPUT\nfrom course_utils.exercises import check\nprint(check('causal_mask', {}))"
+NOT_ATTEMPTED = "NOT ATTEMPTED YET [causal_mask] (what Run All printed)\n"
 
-# Small notebooks named like lessons (only lessons are scrolled back), each with planted mistakes
+# Notebooks named like lessons (only lessons are scrolled back), with planted mistakes: each cell is
+# (source, what Run All printed, exercise id or None); outputs written here, as `make execute` would leave them
 PLANTED = {
-    "00_later_section.ipynb": [
-        "tokens = [1, 2, 3]\nprint(len(tokens))",  # cell 0: fine
-        "print(sum(tokens))",  # 1: a later section rebinds tokens
-        "# NBVAL_IGNORE_OUTPUT\nimport time\nprint(time.time())",  # 2: varies by design, allowed
-        "weights = {'a': 1}",  # 3: fine
-        "print(weights['a'])",  # 4: fails once weights loses 'a'
-        "tokens = [10]\nweights = {}\nprint('later')",  # 5: the later section
-        ("causal_mask", STUB),  # 6: the exercise, solved on scrolling back
-        CHECK,  # 7: NOT ATTEMPTED YET during Run All, PASSED once solved
+    "00_planted.ipynb": [
+        ("tokens = [1, 2, 3]\nprint(len(tokens))", "3\n", None),  # cell 0: fine
+        ("print(sum(tokens))", "6\n", None),  # 1: a later section rebinds tokens
+        ("# NBVAL_IGNORE_OUTPUT\nimport time\nprint(time.time())", "0.0\n", None),  # 2: varies by design, allowed
+        ("weights = {'a': 1}", "", None),  # 3: fine
+        ("print(weights['a'])", "1\n", None),  # 4: fails once weights loses 'a'
+        ("tokens = [10]\nweights = {}\nprint('later')", "later\n", None),  # 5: the later section
+        (STUB, "", "causal_mask"),  # 6: the exercise, solved on scrolling back
+        (CHECK.format("causal_mask"), NOT_ATTEMPTED, None),  # 7: PASSED once solved
+        # 8: the exercise cell names the wrong exercise: "solved", it holds split_heads' solution
+        (STUB.replace("causal_mask", "mask_for"), "", "split_heads"),
+        (CHECK.format("mask_for"), NOT_ATTEMPTED, None),  # 9: still not right once "solved"
     ],
-    # the exercise cell names the wrong exercise: "solved", it holds split_heads' solution
-    "01_wrong_id.ipynb": [("split_heads", STUB), CHECK],
-    # never executed: its last cell fails when nbval runs it
-    "02_fails.ipynb": ["x = 1", "print(x)", "print(open('missing.txt'))"],
+    # its last cell fails when nbval runs it
+    "01_fails.ipynb": [("x = 1", "", None), ("print(x)", "1\n", None), ("print(open('missing.txt'))", "", None)],
 }
 
 
 @pytest.fixture(scope="module")
 def scroll_back_report(tmp_path_factory):
-    """nbval --scroll-back over the planted notebooks, in one pytest run: {notebook: its lines of the report}."""
+    """nbval --scroll-back over the planted notebooks, in one pytest run: pytest's report."""
     folder = tmp_path_factory.mktemp("scroll_back")
     for name, cells in PLANTED.items():
         nb = nbformat.v4.new_notebook()
-        for cell in cells:
-            if isinstance(cell, tuple):
-                nb.cells.append(
-                    nbformat.v4.new_code_cell(cell[1], metadata={"tags": ["exercise"], "exercise_id": cell[0]})
-                )
-            else:
-                nb.cells.append(nbformat.v4.new_code_cell(cell))
-        if not name.startswith("02"):  # committed executed, as `make execute` leaves a lesson
-            NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+        for count, (source, printed, exercise_id) in enumerate(cells, start=1):
+            outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)] if printed else []
+            metadata = {"tags": ["exercise"], "exercise_id": exercise_id} if exercise_id else {}
+            nb.cells.append(
+                nbformat.v4.new_code_cell(source, outputs=outputs, metadata=metadata, execution_count=count)
+            )
         nbformat.write(nb, folder / name)
     # the repository's conftest.py (nbval's stderr rule, --scroll-back) as a plugin: the notebooks lie outside
     command = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "-rfs"]
@@ -82,21 +82,22 @@ def _failed(report, notebook):
 
 def test_scroll_back_names_each_cell_a_later_section_breaks(scroll_back_report):
     report = scroll_back_report
-    failed = _failed(report, "00_later_section.ipynb")
+    failed = [f for f in _failed(report, "00_planted.ipynb") if f != "Cell 9 re-run after Run All"]
     assert failed == ["Cell 1 re-run after Run All", "Cell 4 re-run after Run All"], report
     assert "'6\\n' == '10\\n'" in report and "KeyError" in report, report
     assert report.count("a later section reassigns a name this cell uses") >= 3, report
 
 
 def test_scroll_back_fails_a_check_that_does_not_pass_once_solved(scroll_back_report):
-    assert _failed(scroll_back_report, "01_wrong_id.ipynb") == ["Cell 1 re-run after Run All"], scroll_back_report
+    assert "Cell 9 re-run after Run All" in _failed(scroll_back_report, "00_planted.ipynb"), scroll_back_report
     assert "this check should pass for ['causal_mask']" in scroll_back_report
+    assert "Cell 7 re-run after Run All" not in _failed(scroll_back_report, "00_planted.ipynb")  # solved: PASSED
 
 
 def test_scroll_back_is_not_checked_after_a_cell_fails_during_run_all(scroll_back_report):
-    assert _failed(scroll_back_report, "02_fails.ipynb") == ["Cell 2"], scroll_back_report
+    assert _failed(scroll_back_report, "01_fails.ipynb") == ["Cell 2"], scroll_back_report
     assert re.search(r"SKIPPED \[3\] .*a cell failed during Run All", scroll_back_report), scroll_back_report
-    # 16 + 4 + 3 items (cells and their re-runs): 4 failures, the failed notebook's 3 re-runs skipped
+    # 10 + 3 cells, each with its re-run: 4 failures, the failed notebook's 3 re-runs skipped
     assert "4 failed, 19 passed, 3 skipped" in scroll_back_report, scroll_back_report
 
 
