@@ -76,6 +76,22 @@ def test_every_exercise_has_an_exercise_test_file(exercise_id):
     assert files, f"no tests/exercises/test_*.py names {exercise_id!r}: test its solution and each named mistake"
 
 
+def test_readme_layout_names_every_top_level_entry_and_only_those():
+    block = README.split("## Layout", 1)[1].split("```", 2)[1]
+    named = {line.split()[0].rstrip("/") for line in block.splitlines() if line and not line.startswith(" ")}
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    top = {path.split("/", 1)[0] for path in tracked.splitlines()}
+    top -= {
+        "README.md",
+        ".gitignore",
+        ".gitattributes",
+        "requirements.txt",
+    }  # this page; git's; the lock, with its list
+    assert named == top, f"README's layout names {sorted(named - top)} (not in the tree); misses {sorted(top - named)}"
+    for folder in re.findall(r"\b(\w+)/ \(", block):  # viz/ (, unit/ (, ...: the folders a line names inside one
+        assert list(ROOT.glob(f"*/{folder}")), f"README's layout names {folder}/, which no top-level folder holds"
+
+
 def test_licence_covers_code_and_lessons_and_the_readme_says_so():
     licence = (ROOT / "LICENSE").read_text()
     assert "MIT License" in licence and "Permission is hereby granted" in licence
