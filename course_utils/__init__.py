@@ -4,13 +4,14 @@
 - toy:          the toy sentence "Orange is my favorite fruit" and its attention weights
 - softmax:      the numerically stable softmax (lesson 02)
 - attention:    scaled dot-product attention, masks, multi-head attention (lessons 02-03)
-- viz:          heatmaps, head, model and neuron views (lesson 04)
+- viz:          heatmaps, head, model and neuron views (lesson 04): colour, inputs, figures, interactive, neuron
 - transformer:  the encoder layer and stack (lesson 05); toy_task: its tiny training task
 - training:     the training loop every trained model of the course uses (lessons 05-05d, 10-12)
 - long_range:   DNA hairpins, a GRU against attention, accuracy by distance (lesson 05b)
 - translation:  English->French phrases and an encoder-decoder with cross-attention (lesson 05c)
 - vision:       images as patches, a tiny Vision Transformer and a small CNN (lesson 05d)
-- pretrained:   MiniLM loaded into the course's own encoder (lesson 06); head_scores: head patterns
+- pretrained:   MiniLM loaded into the course's own encoder (lesson 06); head_scores: what a head attends
+                to, by numbers (most attended token, entropy: lesson 04; head patterns: lesson 06)
 - ablation:     removing heads and measuring what changes (lesson 06b)
 - efficient:    online softmax, tiled attention, KV cache, measuring helpers (lesson 07)
 - modern:       grouped-query attention, RoPE, sliding windows, masks as functions (lesson 08)
@@ -24,6 +25,7 @@
 - exercises:    ``check``, ``hint(id, level)``, ``show_solution``; tamper_guard: the checks' comparison
                 functions kept as they were, so replacing one cannot forge a pass
 - data:         where the lessons' small data files live
+- _validate:    the reference functions' input checks (show_solution leaves them out)
 - progress, grade, doctor, bootstrap: `make progress`, `make grade`, `make doctor`, `make install`'s checks
 """
 

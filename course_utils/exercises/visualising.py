@@ -2,7 +2,7 @@
 
 ``most_attended_tokens``: the candidate is ``fn(weights, tokens) -> list of str``: weights
 ``[heads, q, k]``, one answer per head, the key token with the largest attention on average
-over all queries. The reference is ``course_utils.viz.most_attended_tokens``.
+over all queries. The reference is ``course_utils.head_scores.most_attended_tokens``.
 
 ``attention_entropy``: the candidate is ``fn(weights) -> Tensor``: weights ``[..., q, k]``,
 the entropy of each query's row (in nats, 0 * ln 0 = 0) averaged over the queries, one
