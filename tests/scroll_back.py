@@ -20,12 +20,17 @@ import copy
 import re
 
 import nbval.plugin
+import pytest
 
 from tests.notebook_tools import output_text, stub_name
 
 HINT = (
     "a later section reassigns a name this cell uses (give each section names of its own, or a function); "
     "or the cell draws from the global random state (seed it inside the cell) or changes state it reads"
+)
+CHECK_HINT = (
+    "the check cell should check the function its exercise cell defines, under that exercise's id "
+    "(the exercise cell's metadata exercise_id)"
 )
 
 # Run in the kernel after Run All: the names Run All left (IPython's own history names excepted)
@@ -67,8 +72,6 @@ class ScrollBackCell(nbval.plugin.IPyNbCell):
     def setup(self):
         super().setup()
         if getattr(self.parent, "run_all_failed", False):
-            import pytest
-
             pytest.skip("a cell failed during Run All (reported above): scrolling back is not checked")
 
     def runtest(self):
@@ -87,11 +90,12 @@ class ScrollBackCell(nbval.plugin.IPyNbCell):
                 self.raise_cell_error(
                     f"with the exercises solved, this check should pass for {missing or list(self.pending)}",
                     f"it printed:\n{printed}",
+                    hint=CHECK_HINT,
                 )
 
-    def raise_cell_error(self, message, *args, **kwargs):
+    def raise_cell_error(self, message, *args, hint=HINT, **kwargs):
         super().raise_cell_error(
-            f"re-run alone after Run All (scrolling back): {message}.\nHint: {HINT}", *args, **kwargs
+            f"re-run alone after Run All (scrolling back): {message}.\nHint: {hint}", *args, **kwargs
         )
 
     def reportinfo(self):
