@@ -2,7 +2,7 @@
 
 A lesson's tests are found from the lesson itself, so a new lesson needs no list:
 its notebook (strict nbval), every test whose id names the notebook (hygiene, run-all),
-the unit tests of the course_utils modules the notebook imports (tests/unit/test_<module>.py),
+the unit tests of the course_utils modules the notebook imports (tests/unit/test_<module>[_*].py),
 and every test file that names one of the lesson's exercise ids.
 """
 
@@ -49,6 +49,7 @@ def lesson_test_files(nb):
     files = set()
     for module in imported_modules(nb):
         files.update((TESTS / "unit").glob(f"test_{module}.py"))
+        files.update((TESTS / "unit").glob(f"test_{module}_*.py"))  # test_viz_data.py, test_ablation_inputs.py
     for path in TESTS.rglob("test_*.py"):
         text = path.read_text()
         if any(re.search(rf"[\"']{re.escape(i)}[\"']", text) for i in ids):

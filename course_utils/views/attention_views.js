@@ -1,6 +1,6 @@
 /* The interactive attention views of course_utils.viz (lesson 04): head view and model view.
  *
- * viz.py inlines this file into every view's output, after two variables:
+ * viz/interactive.py inlines this file into every view's output, after two variables:
  *   D     the view's data: kind ("head" or "model"), layers, heads, layer (index of the layer shown
  *         first), qt / kt (query and key tokens), colors and dashed (one per head), and
  *         w[layer][head]: a head's [queries x keys] weights, row by row, in thousandths (integers).

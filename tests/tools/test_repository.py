@@ -191,5 +191,7 @@ def test_test_lesson_selects_one_lessons_tests():
     assert ROOT / "tests" / "unit" / "test_translation.py" in files
     assert ROOT / "tests" / "unit" / "test_flash.py" not in files
     assert {"cross_attention", "decode_greedily"} <= ids
+    files_04, _ = lesson_test_files(nbformat.read(lesson_notebook("04"), as_version=4))
+    assert ROOT / "tests" / "unit" / "test_viz_data.py" in files_04  # a module's second unit-test file
     with pytest.raises(ValueError, match="lessons:"):
         lesson_notebook("99")

@@ -5,8 +5,6 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig
-from transformers.models.llama import modeling_llama as hf
 
 from course_utils import modern
 from course_utils.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
@@ -26,8 +24,16 @@ def _randn(*shape, seed=0):
 # --------------------------------------------------------------------------- against transformers' LLaMA
 
 
+def _hf():
+    """transformers' LLaMA code, imported when a test needs it (its import takes seconds at collection)."""
+    from transformers.models.llama import modeling_llama
+
+    return modeling_llama
+
+
 def _llama(num_heads=4, num_kv_heads=2, hidden=32, theta=10000.0):
-    config = LlamaConfig(
+    hf = _hf()
+    config = hf.LlamaConfig(
         hidden_size=hidden,
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
@@ -80,7 +86,7 @@ def test_apply_rope_equals_llama_rotary_embedding(theta):
     q, k = _randn(2, 4, 6, 8, seed=1), _randn(2, 2, 6, 8, seed=2)
     positions = torch.tensor([0, 1, 2, 5, 9, 40])
     cos, sin = rotary(q, positions[None].expand(2, -1))
-    q_hf, k_hf = hf.apply_rotary_pos_emb(q, k, cos, sin)
+    q_hf, k_hf = _hf().apply_rotary_pos_emb(q, k, cos, sin)
     torch.testing.assert_close(apply_rope(q, positions, theta), q_hf, atol=1e-5, rtol=0)
     torch.testing.assert_close(apply_rope(k, positions, theta), k_hf, atol=1e-5, rtol=0)
 
@@ -88,7 +94,7 @@ def test_apply_rope_equals_llama_rotary_embedding(theta):
 def test_repeat_kv_equals_llama_repeat_kv():
     x = _randn(2, 3, 5, 4)
     for n_rep in (1, 2, 4):
-        torch.testing.assert_close(repeat_kv(x, n_rep), hf.repeat_kv(x, n_rep), atol=0, rtol=0)
+        torch.testing.assert_close(repeat_kv(x, n_rep), _hf().repeat_kv(x, n_rep), atol=0, rtol=0)
 
 
 def test_repeat_kv_query_head_j_uses_kv_head_j_div_n_rep():
