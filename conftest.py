@@ -3,6 +3,8 @@
 nbval compares every output in strict mode; stderr is left out of the
 comparison, because it carries warnings and progress bars that differ between
 machines and library versions (the lessons assert what matters instead).
+--scroll-back adds, after each lesson's cells, a re-run of every cell in the same
+kernel (tests/scroll_back.py); --lesson keeps one lesson's tests (tests/lesson_tests.py).
 """
 
 import nbval.plugin
