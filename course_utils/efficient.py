@@ -34,6 +34,7 @@ __all__ = [
     "SDPA_BACKENDS",
     "attention_flops",
     "time_call",
+    "time_alternating",
     "peak_memory",
     "loglog_slope",
 ]
@@ -300,6 +301,17 @@ def time_call(fn, *args, repeats=3, warmup=1, **kwargs):
             fn(*args, **kwargs)
             _synchronize(device)
             best = min(best, time.perf_counter() - start)
+    return best
+
+
+def time_alternating(fns, *args, repeats=3, **kwargs):
+    """Best time in seconds of each function in ``fns`` ({name: fn}) on the same arguments, over
+    ``repeats`` rounds that run them in turn: a busy moment of the machine slows all of them alike,
+    so their ratio stays fair (timed one after the other, one of them could take the whole delay)."""
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            best[name] = min(best[name], time_call(fn, *args, repeats=1, **kwargs))
     return best
 
 

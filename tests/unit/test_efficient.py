@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from course_utils.efficient import (
     peak_memory,
     sdpa_methods,
     tiled_attention,
+    time_alternating,
     time_call,
 )
 
@@ -341,6 +343,23 @@ def test_sdpa_backends_are_pytorchs_and_unavailable_ones_are_left_out():
     assert set(methods) <= set(SDPA_BACKENDS)
     if not torch.cuda.is_available():  # without CUDA the two CUDA-only kernels cannot run
         assert "SDPA memory-efficient" not in methods and "SDPA cuDNN" not in methods
+
+
+def test_time_alternating_takes_turns_and_keeps_each_best():
+    calls, durations = [], {"slow": [0.08, 0.02, 0.1], "fast": [0.01, 0.05, 0.01]}
+
+    def timed(name):
+        def fn(x):
+            calls.append(name)
+            time.sleep(durations[name][(len(calls) - 1) // 4] if len(calls) % 2 == 0 else 0)  # warm-up: no sleep
+            return x
+
+        return fn
+
+    best = time_alternating({"slow": timed("slow"), "fast": timed("fast")}, torch.zeros(1), repeats=3)
+    # each round: slow's warm-up and run, then fast's; so neither gets all of one busy stretch
+    assert calls == ["slow", "slow", "fast", "fast"] * 3
+    assert best["slow"] == pytest.approx(0.02, abs=0.008) and best["fast"] == pytest.approx(0.01, abs=0.008)  # the best
 
 
 def test_time_call_and_loglog_slope():
