@@ -595,3 +595,16 @@ def swap_experiment(model, position):
         counts["adjectives with two forms"] += two_forms
         counts["adjective follows donor"] += two_forms and out[2] == theirs[2]
     return counts, translations
+
+
+def gender_source(article_follows, noun_follows, phrases=168):
+    """Where a run takes the article's gender from, by the two swaps: 'the', 'noun' or 'mixed'.
+
+    ``article_follows`` and ``noun_follows``: in how many of the ``phrases`` the article followed the
+    donor when the vector of *the*, or of the noun, was swapped (``swap_experiment`` positions 0 and 2).
+    """
+    if article_follows >= 0.9 * phrases and noun_follows <= 0.1 * phrases:
+        return "the"
+    if noun_follows >= 0.9 * phrases and article_follows <= 0.1 * phrases:
+        return "noun"
+    return "mixed"

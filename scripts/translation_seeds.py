@@ -22,6 +22,7 @@ from course_utils.translation import (
     alignment_accuracy,
     encode_batch,
     exact_match,
+    gender_source,
     swap_experiment,
     train,
 )
@@ -29,15 +30,6 @@ from course_utils.translation import (
 OUT = Path(__file__).resolve().parent.parent / "data" / "translation_seeds.json"
 SETTINGS = {"d_model": 32, "num_heads": 2, "steps": 200, "held_out": 300, "held_out_seed": 1, "seeds": list(range(9))}
 LOSSES_KEPT = 20
-
-
-def route(article_follows, noun_follows, phrases=168):
-    """Where the article's gender comes from, by the two swaps: 'the', 'noun', or 'mixed'."""
-    if article_follows >= 0.9 * phrases and noun_follows <= 0.1 * phrases:
-        return "the"
-    if noun_follows >= 0.9 * phrases and article_follows <= 0.1 * phrases:
-        return "noun"
-    return "mixed"
 
 
 def trained(seed):
@@ -62,7 +54,7 @@ def measure(model, held_out):
         "article_follows_when_noun_swapped": noun["article follows donor"],
         "adjective_follows_when_the_swapped": article["adjective follows donor"],
         "adjective_follows_when_noun_swapped": noun["adjective follows donor"],
-        "route": route(article["article follows donor"], noun["article follows donor"]),
+        "route": gender_source(article["article follows donor"], noun["article follows donor"]),
     }
 
 

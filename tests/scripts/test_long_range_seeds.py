@@ -30,4 +30,5 @@ def test_the_first_hairpin_losses_are_the_stored_ones():
     # the full 200 steps are what the lesson reproduces live; here the stored curve is checked against a rerun
     run = long_range_seeds.hairpin_run("GRU", 2)
     assert run["loss"] == pytest.approx(STORED["hairpins"]["GRU"]["2"]["loss"], abs=1e-4)
-    assert run["accuracy"] == STORED["hairpins"]["GRU"]["2"]["accuracy"]
+    # to two of the 2,000 held-out sequences per distance: another CPU rounds the same training differently
+    assert run["accuracy"] == pytest.approx(STORED["hairpins"]["GRU"]["2"]["accuracy"], abs=1e-3)

@@ -19,12 +19,6 @@ def test_stored_settings_are_the_scripts():
     assert sorted(STORED["runs"], key=int) == [str(s) for s in translation_seeds.SETTINGS["seeds"]]
 
 
-def test_route_classifies_by_the_two_swaps():
-    assert translation_seeds.route(168, 0) == "the"
-    assert translation_seeds.route(8, 160) == "noun"
-    assert translation_seeds.route(90, 80) == "mixed"
-
-
 @pytest.mark.parametrize("seed", [0])
 def test_the_script_reproduces_a_stored_run(seed):
     from course_utils.translation import TranslationTask

@@ -23,6 +23,7 @@ from course_utils.translation import (
     cross_attention,
     encode_batch,
     exact_match,
+    gender_source,
     greedy_decode,
     swap_and_translate,
     swap_experiment,
@@ -331,3 +332,19 @@ def test_swap_and_translate_replaces_one_vector_after_the_encoder(trained):
     assert swapped == [swap_experiment(model, 2)[1][s] for s in ["the blue car", "a red dog"]]
     # swapping in the sentence's own vector changes nothing
     assert swap_and_translate(model, ["the blue car"], ["the blue car"], 1) == ["la voiture bleue"]
+
+
+@pytest.mark.parametrize(
+    ("article_follows", "noun_follows", "source"),
+    [
+        (168, 0, "the"),
+        (152, 16, "the"),
+        (8, 160, "noun"),
+        (16, 152, "noun"),
+        (151, 0, "mixed"),
+        (37, 131, "mixed"),
+        (90, 80, "mixed"),
+    ],
+)
+def test_gender_source_needs_nine_tenths_one_way_and_a_tenth_the_other(article_follows, noun_follows, source):
+    assert gender_source(article_follows, noun_follows) == source
