@@ -603,6 +603,9 @@ def gender_source(article_follows, noun_follows, phrases=168):
     ``article_follows`` and ``noun_follows``: in how many of the ``phrases`` the article followed the
     donor when the vector of *the*, or of the noun, was swapped (``swap_experiment`` positions 0 and 2).
     """
+    for name, count in (("article_follows", article_follows), ("noun_follows", noun_follows)):
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= phrases:
+            raise ValueError(f"{name} must be a count of phrases from 0 to {phrases}, got {count!r}")
     if article_follows >= 0.9 * phrases and noun_follows <= 0.1 * phrases:
         return "the"
     if noun_follows >= 0.9 * phrases and article_follows <= 0.1 * phrases:

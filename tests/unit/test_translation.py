@@ -348,3 +348,9 @@ def test_swap_and_translate_replaces_one_vector_after_the_encoder(trained):
 )
 def test_gender_source_needs_nine_tenths_one_way_and_a_tenth_the_other(article_follows, noun_follows, source):
     assert gender_source(article_follows, noun_follows) == source
+
+
+@pytest.mark.parametrize("bad", [-1, 169, 0.5, "8", True])
+def test_gender_source_wants_counts_of_phrases(bad):
+    with pytest.raises(ValueError, match="noun_follows must be a count of phrases from 0 to 168"):
+        gender_source(0, bad)
