@@ -99,7 +99,7 @@ execute: install
 test-gpu: install
 	$(PY) scripts/gpu_suite.py
 
-# Only the benchmarks: lesson 07 re-run by papermill in bfloat16, batch 4, 16 heads, head_dim 64,
+# Only the benchmarks: lessons 07 and 09 re-run by papermill in bfloat16, batch 4, 16 heads, head_dim 64,
 # n up to 8192. GPU_PEAK_TFLOPS: the GPU's dense bf16 peak from its data sheet (989 = H100/H200 SXM).
 GPU_PEAK_TFLOPS ?= 989
 gpu-benchmark: install

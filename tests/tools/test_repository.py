@@ -169,6 +169,7 @@ def test_the_lesson_template_follows_the_lesson_rules():
     hygiene.test_every_exercise_has_a_card(TEMPLATE)
     hygiene.test_every_question_has_an_answer(TEMPLATE)
     hygiene.test_no_solution_shown_unasked(TEMPLATE)
+    assert _stated_minutes(nbformat.read(TEMPLATE, as_version=4)) == "60"  # a copied template passes the map test
 
 
 def test_the_commit_hook_refuses_a_long_subject(tmp_path):
