@@ -8,7 +8,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_NB := --nbval --scroll-back --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
-.PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-browser browser execute lint lock hooks nbdime train-lm clean test-gpu gpu-benchmark gpu-wheels
+.PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-perturbed test-browser browser execute lint lock hooks nbdime train-lm clean test-gpu gpu-benchmark gpu-wheels
 
 install: $(STAMP)
 
@@ -37,6 +37,8 @@ $(STAMP): requirements.txt
 	mkdir -p $(VENV)/share/jupyter/lab/settings && cp jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/
 	touch $@
 
+# one thread, as the notebooks were executed (make execute), so a learner's kernel sums in the same order
+lab: export OMP_NUM_THREADS = 1
 lab: install
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=localhost $(ALLOW_ROOT)
 
@@ -59,6 +61,13 @@ test-unit: install
 
 test-notebooks: install
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks
+
+# Every notebook under nbval once per perturbation of floating-point order this CPU can produce (PyTorch's
+# kernels, MKL's and oneDNN's code paths, two threads): each must pass with the cells' NBVAL_TOLERANCE, and
+# the table of how far each cell moved is printed (scripts/perturbed_runs.py; about 8 runs of 2-4 min;
+# CI runs it after make test). SPREAD=1 also stores the spreads in data/nbval_spread.json (CONTRIBUTING.md).
+test-perturbed: install
+	$(PY) scripts/perturbed_runs.py $(if $(SPREAD),--write-spread)
 
 # JupyterLab in headless Chromium runs lesson 04 (also part of `test`)
 test-browser: install

@@ -2,7 +2,8 @@
 
 nbval compares every output in strict mode; stderr is left out of the
 comparison, because it carries warnings and progress bars that differ between
-machines and library versions (the lessons assert what matters instead).
+machines and library versions (the lessons assert what matters instead). A cell marked
+NBVAL_TOLERANCE compares its numbers within that tolerance (tests/nbval_tolerance.py).
 --scroll-back adds, after each lesson's cells, a re-run of every cell in the same
 kernel (tests/scroll_back.py); --lesson keeps one lesson's tests (tests/lesson_tests.py).
 """
@@ -17,11 +18,33 @@ def _without_stderr(outputs):
 _compare_outputs = nbval.plugin.IPyNbCell.compare_outputs
 
 
-def _compare_outputs_without_stderr(self, test, ref, skip_compare=None):
-    return _compare_outputs(self, _without_stderr(test), _without_stderr(ref), skip_compare)
+def _compare_outputs_within_tolerance(self, test, ref, skip_compare=None):
+    """nbval's comparison without stderr; a cell marked NBVAL_TOLERANCE compares its numbers within it."""
+    from tests import nbval_tolerance
+
+    test, ref = _without_stderr(test), _without_stderr(ref)
+    source = self.cell.get("source", "")
+    try:
+        tolerance = nbval_tolerance.parse(source)
+    except ValueError as error:
+        self.comparison_traceback = [f"this cell's marker is malformed: {error}"]
+        return False
+    spread_file = self.config.getoption("--nbval-spread")
+    if spread_file:
+        nb = self.parent.path.name
+        nbval_tolerance.record(spread_file, nb, self.cell_num, source, tolerance, test, ref)
+    too_far = []
+    if tolerance:
+        test, too_far = nbval_tolerance.within(test, ref, tolerance)
+    same = _compare_outputs(self, test, ref, skip_compare)
+    if not same and too_far:
+        self.comparison_traceback.append(
+            f"NBVAL_TOLERANCE {tolerance}: (fresh, stored) numbers beyond it: {too_far[:10]}"
+        )
+    return same
 
 
-nbval.plugin.IPyNbCell.compare_outputs = _compare_outputs_without_stderr
+nbval.plugin.IPyNbCell.compare_outputs = _compare_outputs_within_tolerance
 
 _collect_cells = nbval.plugin.IPyNbFile.collect
 
@@ -46,6 +69,12 @@ def pytest_addoption(parser):
         action="store_true",
         help="with --nbval: after each lesson's Run All, re-run every code cell alone with the exercises solved, "
         "as a learner who scrolls back does (tests/scroll_back.py)",
+    )
+    parser.addoption(
+        "--nbval-spread",
+        metavar="FILE",
+        help="with --nbval: append, for every compared cell, how far its fresh numbers are from the stored ones "
+        "(a JSON line each; make test-perturbed, tests/nbval_tolerance.py)",
     )
     parser.addoption(
         "--lesson",

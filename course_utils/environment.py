@@ -7,7 +7,7 @@ import re
 import numpy as np
 import torch
 
-__all__ = ["setup", "pick_device", "seed_everything"]
+__all__ = ["setup", "pick_device", "seed_everything", "reproducible_on"]
 
 
 def pick_device(requested=None):
@@ -61,6 +61,22 @@ def seed_everything(seed=0):
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def reproducible_on(device):
+    """On a CUDA GPU: deterministic algorithms and full float32 matmuls, so a GPU run differs from the
+    CPU's by rounding only (the cells' NBVAL_TOLERANCE covers that), not by TF32's 10-bit mantissa or by
+    atomics that add in a different order on every run. Nothing changes on a CPU, which is deterministic."""
+    if torch.device(device).type != "cuda":
+        return
+    # cuBLAS needs a fixed workspace to be deterministic; read when its first handle is made
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # warn_only: an operation with no deterministic CUDA version warns (stderr) instead of stopping the lesson
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
 def setup(seed=0, device=None, quiet=False):
     """Seed everything, pick the device, set print options and plot defaults.
 
@@ -69,6 +85,7 @@ def setup(seed=0, device=None, quiet=False):
     """
     device = pick_device(device)
     seed_everything(seed)
+    reproducible_on(device)
     # few decimals, so CPU and GPU print the same numbers
     torch.set_printoptions(precision=3, sci_mode=False)
     np.set_printoptions(precision=3, suppress=True)

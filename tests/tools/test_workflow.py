@@ -69,3 +69,15 @@ def test_the_browser_test_needs_no_large_dev_shm():
     from tests.notebooks.test_browser import CHROMIUM_ARGS
 
     assert "--disable-dev-shm-usage" in CHROMIUM_ARGS
+
+
+def test_workflow_runs_the_perturbed_notebooks_and_a_weekly_job_on_the_newest_pytorch():
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    triggers = workflow[True] if True in workflow else workflow["on"]
+    assert "schedule" in triggers
+    runs = "\n".join(step.get("run", "") for step in workflow["jobs"]["test"]["steps"])
+    assert "make test-perturbed" in runs
+    newest = workflow["jobs"]["newest-pytorch"]
+    assert newest["continue-on-error"] is True and "schedule" in newest["if"]
+    steps = "\n".join(step.get("run", "") for step in newest["steps"])
+    assert "--upgrade torch triton" in steps and "make test" in steps and "GITHUB_STEP_SUMMARY" in steps

@@ -110,3 +110,55 @@ def test_a_refused_device_changes_nothing(machine, monkeypatch):
     with pytest.raises(ValueError, match="COURSE_DEVICE"):
         setup(seed=0, quiet=True)
     assert options.precision == 7 and torch.equal(torch.rand(1), expected)  # not re-seeded, print options kept
+
+
+@pytest.fixture
+def restored_flags(monkeypatch):
+    """The global switches reproducible_on turns, put back after the test."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+    )
+    yield
+    torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[4], saved[5]
+    torch.set_float32_matmul_precision(saved[6])
+
+
+def test_a_gpu_run_is_deterministic_and_without_tf32(restored_flags):
+    import os
+
+    from course_utils.environment import reproducible_on
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
+    torch.set_float32_matmul_precision("high")
+    reproducible_on(torch.device("cuda:0"))
+    assert torch.are_deterministic_algorithms_enabled() and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
+def test_a_cpu_run_changes_no_global_switch(restored_flags):
+    import os
+
+    from course_utils.environment import reproducible_on
+
+    before = torch.are_deterministic_algorithms_enabled()
+    reproducible_on("cpu")
+    assert torch.are_deterministic_algorithms_enabled() == before and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_setup_on_a_gpu_makes_the_run_reproducible(machine, restored_flags):
+    machine(gpus=1)
+    torch.use_deterministic_algorithms(False)
+    setup(device="cuda", quiet=True)
+    assert torch.are_deterministic_algorithms_enabled() and not torch.backends.cuda.matmul.allow_tf32
