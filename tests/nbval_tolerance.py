@@ -64,7 +64,7 @@ def parse(source):
 
 
 def _skeleton(text):
-    return " ".join(NUMBER.sub("#", text).split())
+    return " ".join(NUMBER.sub("\x00", text).split())
 
 
 def number_pairs(fresh, stored):
