@@ -367,6 +367,54 @@ def prompt_inputs(model, prompt, steps):
         raise ValueError(f"steps must be a positive int, got {steps!r}")
 
 
+def greedy_settings(temperature, top_k, top_p, generator):
+    """temperature=None decodes greedily, so the sampling settings would be ignored: refuse them."""
+    given = [
+        name for name, value in (("top_k", top_k), ("top_p", top_p), ("generator", generator)) if value is not None
+    ]
+    if temperature is None and given:
+        raise ValueError(
+            f"{' and '.join(given)} only matter when sampling, but temperature=None decodes greedily (the most "
+            f"probable token) and would ignore them: pass a temperature too, e.g. temperature=1.0"
+        )
+
+
+def layer_caches(caches, num_blocks):
+    """One LayerCache per block, each a distinct object (keys and values differ from layer to layer)."""
+    from course_utils.language_model import LayerCache  # here: course_utils.language_model imports this module
+
+    if not isinstance(caches, (list, tuple)) or not all(isinstance(c, LayerCache) for c in caches):
+        got = type(caches).__name__ if not isinstance(caches, (list, tuple)) else [type(c).__name__ for c in caches]
+        raise TypeError(f"caches must be a list of LayerCache, one per block ({num_blocks}), got {got}")
+    if len(caches) != num_blocks:
+        raise ValueError(f"give one LayerCache per block ({num_blocks}), got {len(caches)}")
+
+
+def token_ids(ids, name, vocab_size=None, min_len=1):
+    """ids: a 1-D integer tensor of at least ``min_len`` ids (in 0 .. vocab_size - 1 if vocab_size is given)."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point():
+        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"{name} must be a 1-D integer tensor of token ids [n], got {got}")
+    if len(ids) < min_len:
+        raise ValueError(f"{name} must hold at least {min_len} tokens, got {len(ids)}")
+    if vocab_size is not None and len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(
+            f"{name} must hold ids in 0..{vocab_size - 1} (vocab_size={vocab_size}), "
+            f"got {ids.min().item()}..{ids.max().item()}"
+        )
+
+
+def stored_seed(seed, seeds):
+    """seed as an int, if it is one of the stored runs' seeds (0.0 or True would name no file)."""
+    try:
+        number = None if isinstance(seed, bool) else operator.index(seed)
+    except TypeError:
+        number = None
+    if number is None or number not in seeds:
+        raise ValueError(f"seed must be an int among the stored seeds {list(seeds)}, got {seed!r}")
+    return number
+
+
 # ---------------------------------------------------------------- linear attention, delta rule (course_utils.linear_attention)
 
 
