@@ -541,19 +541,97 @@ def induction_input(weights, half_len):
             f"weights must be square self-attention maps [..., heads, T, T] (one row per query, one column per "
             f"key of the same sequence), got {tuple(weights.shape)}"
         )
-    try:
-        half_len = None if isinstance(half_len, bool) else operator.index(half_len)
-    except TypeError:
-        half_len = None
-    if half_len is None or half_len < 1:
-        raise ValueError(f"half_len must be a positive int, the length of the repeated half, got {half_len!r}")
-    if weights.shape[-1] != 2 * half_len:
-        raise ValueError(
-            f"the sequence has T = {weights.shape[-1]} positions but half_len = {half_len}: a sequence made of one "
-            f"half repeated has T = 2 * half_len = {2 * half_len} positions"
-        )
+    half_len = repeated_half(weights.shape[-1], half_len)
     attention_weights(weights)
     return half_len
+
+
+def repeated_half(length, half_len, min_half=1):
+    """half_len as an int, if a sequence of ``length`` positions is one half of half_len tokens, repeated."""
+    try:
+        number = None if isinstance(half_len, bool) else operator.index(half_len)
+    except TypeError:
+        number = None
+    if number is None or number < min_half:
+        raise ValueError(
+            f"half_len must be a positive int{'' if min_half == 1 else f' >= {min_half}'}, the length of the "
+            f"repeated half, got {half_len!r} ({type(half_len).__name__})"
+        )
+    if length != 2 * number:
+        raise ValueError(
+            f"the sequence has T = {length} positions but half_len = {number}: a sequence made of one "
+            f"half repeated has T = 2 * half_len = {2 * number} positions"
+        )
+    return number
+
+
+def repeat_losses(logits, tokens, half_len):
+    """half_len as an int, if logits [B, T, V] are a model's output on tokens [B, T] of one half repeated."""
+    logits_tensor(logits, 3, "[batch, T, vocab]")
+    if logits.dim() != 3:
+        raise ValueError(f"logits must have shape [batch, T, vocab], got {tuple(logits.shape)}")
+    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.shape != logits.shape[:2]:
+        got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(
+            f"tokens must be the integer ids [batch, T] = {list(logits.shape[:2])} the logits were computed on, "
+            f"got {got}"
+        )
+    # a half of one token leaves no prediction inside the first half: its loss would be nan
+    return repeated_half(tokens.shape[1], half_len, min_half=2)
+
+
+def _index(value):
+    """value as an int if it is a whole number (numpy integers too), else None; bool is always a slip."""
+    try:
+        return None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        return None
+
+
+def head_index(head, num_heads, name="head"):
+    number = _index(head)
+    if number is None or not 0 <= number < num_heads:
+        raise ValueError(f"{name} must be a head of the layer, an int in 0..{num_heads - 1}, got {head!r}")
+    return number
+
+
+def head_list(heads, num_heads, name):
+    """heads: one head (an int) or a list of distinct heads, each in 0 .. num_heads - 1; returned as a list."""
+    many = isinstance(heads, (list, tuple, range))
+    numbers = [_index(h) for h in heads] if many else [_index(heads)]
+    if not numbers or any(h is None or not 0 <= h < num_heads for h in numbers) or len(set(numbers)) < len(numbers):
+        raise ValueError(
+            f"{name} must be a head (an int in 0..{num_heads - 1}) or a list of distinct heads, got {heads!r}"
+        )
+    return numbers
+
+
+def length_range(lengths, name):
+    """(low, high) as ints, 1 <= low <= high: a range of lengths, both ends included."""
+    pair = list(lengths) if isinstance(lengths, (list, tuple)) else []
+    numbers = [_index(x) for x in pair]
+    if len(numbers) != 2 or None in numbers or not 1 <= numbers[0] <= numbers[1]:
+        raise ValueError(f"{name} must be a pair (low, high) of ints with 1 <= low <= high, got {lengths!r}")
+    return numbers[0], numbers[1]
+
+
+def per_sequence_values(per_sequence, draws, level):
+    """One number per sequence, [n]: a bootstrap draws sequences, so a 2-D tensor would mix them up."""
+    if not isinstance(per_sequence, torch.Tensor) or per_sequence.dim() != 1 or not per_sequence.is_floating_point():
+        got = (
+            f"{per_sequence.dtype} {tuple(per_sequence.shape)}"
+            if isinstance(per_sequence, torch.Tensor)
+            else type(per_sequence).__name__
+        )
+        raise ValueError(
+            f"per_sequence must be a 1-D float tensor [n], one value per sequence (as second_half_loss returns), "
+            f"got {got}; for losses [n, T] take each sequence's mean first, losses.mean(-1)"
+        )
+    if len(per_sequence) == 0:
+        raise ValueError("per_sequence is empty: a bootstrap needs at least one sequence")
+    positive_int(draws, "draws")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1), e.g. 0.95, got {level!r}")
 
 
 # ---------------------------------------------------------------- associative recall (course_utils.recall)
