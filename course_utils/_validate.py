@@ -637,7 +637,7 @@ def per_sequence_values(per_sequence, draws, level):
 # ---------------------------------------------------------------- associative recall (course_utils.recall)
 
 
-def recall_ids(keys, values, queries):
+def recall_ids(keys, values, queries, num_keys, num_values):
     for name, x in (("keys", keys), ("values", values), ("queries", queries)):
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_floating_point():
             raise ValueError(f"{name} must be an integer tensor [B, n], got {getattr(x, 'shape', type(x).__name__)}")
@@ -650,6 +650,46 @@ def recall_ids(keys, values, queries):
         raise ValueError("a recall sequence needs at least one pair and one query")
     if queries.min() < 0 or queries.max() >= keys.shape[1]:
         raise ValueError(f"queries are indices of pairs, 0..{keys.shape[1] - 1}, got {queries.min()}..{queries.max()}")
+    id_range(keys, "keys", "key ids", num_keys)
+    id_range(values, "values", f"value ids (id {num_values} is the question mark of a query)", num_values)
+    if (keys.sort(dim=1).values.diff(dim=1) == 0).any():
+        raise ValueError("the keys of a sequence must be distinct: a query for a repeated key would have two answers")
+
+
+def id_range(ids, name, what, count):
+    if ids.numel() and (ids.min() < 0 or ids.max() >= count):
+        raise ValueError(f"{name} must be {what} in 0..{count - 1}, got {ids.min().item()}..{ids.max().item()}")
+
+
+def recall_tokens(tokens, num_keys, num_values):
+    """tokens [B, T, 2]: a key id and a value id (or the question mark, id num_values) per token."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 3 or tokens.shape[-1] != 2 or tokens.is_floating_point():
+        got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(
+            f"tokens must be an integer tensor [batch, T, 2], a (key id, value id) pair per token as "
+            f"recall_sequences makes them, got {got}"
+        )
+    if tokens.shape[1] == 0:
+        raise ValueError("tokens hold no position (T = 0)")
+    id_range(tokens[..., 0], "tokens[..., 0]", "key ids", num_keys)
+    id_range(tokens[..., 1], "tokens[..., 1]", f"value ids or the question mark {num_values}", num_values + 1)
+
+
+def recall_answers(tokens, targets, distances):
+    """targets [B, T] for tokens [B, T, 2]; distances [B, Q], one per query (the last Q positions)."""
+    for name, x, dims in (("targets", targets, 2), ("distances", distances, 2)):
+        if not isinstance(x, torch.Tensor) or x.dim() != dims or x.is_floating_point():
+            raise ValueError(f"{name} must be an integer tensor [batch, n], got {shape_or_type(x)}")
+    if (
+        targets.shape != tokens.shape[:2]
+        or distances.shape[0] != tokens.shape[0]
+        or distances.shape[1] > tokens.shape[1]
+    ):
+        raise ValueError(
+            f"tokens [B, T, 2], targets [B, T] and distances [B, Q <= T] must come from one batch "
+            f"(random_recall_batch returns them), got {list(tokens.shape)}, {list(targets.shape)}, "
+            f"{list(distances.shape)}"
+        )
 
 
 # ---------------------------------------------------------------- translation (course_utils.translation)
