@@ -375,6 +375,9 @@ def random_composition_scores(d_model, head_dim, draws, generator):
     The baseline: two matrices that were never trained to fit each other still score above 0,
     and how much depends on the sizes, so a trained score means something only next to this.
     """
+    # a size of 0 would give empty matrices and a score of 0 / 0
+    d_model, head_dim = _validate.positive_int(d_model, "d_model"), _validate.positive_int(head_dim, "head_dim")
+    draws = _validate.positive_int(draws, "draws")
     scores = []
     for _ in range(draws):
         w_q, w_k, w_v = (torch.randn(head_dim, d_model, generator=generator) for _ in range(3))

@@ -126,3 +126,10 @@ def test_repeated_tokens_refuse_sizes_that_are_not_positive_ints(args):
 def test_the_model_wants_a_tensor_head_mask():
     with pytest.raises(TypeError, match=r"head_mask must be a tensor \[layers, heads\] = \(2, 3\), got list"):
         small_model()(torch.zeros(1, 4, dtype=torch.long), [[1, 1, 1], [1, 1, 1]])
+
+
+@pytest.mark.parametrize("sizes", [(0, 4, 10), (8, 0, 10), (8, 4, 0), (8, 4.0, 10)])
+def test_random_composition_scores_refuse_sizes_that_are_not_positive_ints(sizes):
+    # a size of 0 used to give nan scores (0 / 0)
+    with pytest.raises(ValueError, match="must be a positive int"):
+        induction.random_composition_scores(*sizes, torch.Generator())
