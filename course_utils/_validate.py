@@ -367,6 +367,54 @@ def prompt_inputs(model, prompt, steps):
         raise ValueError(f"steps must be a positive int, got {steps!r}")
 
 
+def greedy_settings(temperature, top_k, top_p, generator):
+    """temperature=None decodes greedily, so the sampling settings would be ignored: refuse them."""
+    given = [
+        name for name, value in (("top_k", top_k), ("top_p", top_p), ("generator", generator)) if value is not None
+    ]
+    if temperature is None and given:
+        raise ValueError(
+            f"{' and '.join(given)} only matter when sampling, but temperature=None decodes greedily (the most "
+            f"probable token) and would ignore them: pass a temperature too, e.g. temperature=1.0"
+        )
+
+
+def layer_caches(caches, num_blocks):
+    """One LayerCache per block, each a distinct object (keys and values differ from layer to layer)."""
+    from course_utils.language_model import LayerCache  # here: course_utils.language_model imports this module
+
+    if not isinstance(caches, (list, tuple)) or not all(isinstance(c, LayerCache) for c in caches):
+        got = type(caches).__name__ if not isinstance(caches, (list, tuple)) else [type(c).__name__ for c in caches]
+        raise TypeError(f"caches must be a list of LayerCache, one per block ({num_blocks}), got {got}")
+    if len(caches) != num_blocks:
+        raise ValueError(f"give one LayerCache per block ({num_blocks}), got {len(caches)}")
+
+
+def token_ids(ids, name, vocab_size=None, min_len=1):
+    """ids: a 1-D integer tensor of at least ``min_len`` ids (in 0 .. vocab_size - 1 if vocab_size is given)."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point():
+        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"{name} must be a 1-D integer tensor of token ids [n], got {got}")
+    if len(ids) < min_len:
+        raise ValueError(f"{name} must hold at least {min_len} tokens, got {len(ids)}")
+    if vocab_size is not None and len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(
+            f"{name} must hold ids in 0..{vocab_size - 1} (vocab_size={vocab_size}), "
+            f"got {ids.min().item()}..{ids.max().item()}"
+        )
+
+
+def stored_seed(seed, seeds):
+    """seed as an int, if it is one of the stored runs' seeds (0.0 or True would name no file)."""
+    try:
+        number = None if isinstance(seed, bool) else operator.index(seed)
+    except TypeError:
+        number = None
+    if number is None or number not in seeds:
+        raise ValueError(f"seed must be an int among the stored seeds {list(seeds)}, got {seed!r}")
+    return number
+
+
 # ---------------------------------------------------------------- linear attention, delta rule (course_utils.linear_attention)
 
 
@@ -493,25 +541,103 @@ def induction_input(weights, half_len):
             f"weights must be square self-attention maps [..., heads, T, T] (one row per query, one column per "
             f"key of the same sequence), got {tuple(weights.shape)}"
         )
-    try:
-        half_len = None if isinstance(half_len, bool) else operator.index(half_len)
-    except TypeError:
-        half_len = None
-    if half_len is None or half_len < 1:
-        raise ValueError(f"half_len must be a positive int, the length of the repeated half, got {half_len!r}")
-    if weights.shape[-1] != 2 * half_len:
-        raise ValueError(
-            f"the sequence has T = {weights.shape[-1]} positions but half_len = {half_len}: a sequence made of one "
-            f"half repeated has T = 2 * half_len = {2 * half_len} positions"
-        )
+    half_len = repeated_half(weights.shape[-1], half_len)
     attention_weights(weights)
     return half_len
+
+
+def repeated_half(length, half_len, min_half=1):
+    """half_len as an int, if a sequence of ``length`` positions is one half of half_len tokens, repeated."""
+    try:
+        number = None if isinstance(half_len, bool) else operator.index(half_len)
+    except TypeError:
+        number = None
+    if number is None or number < min_half:
+        raise ValueError(
+            f"half_len must be a positive int{'' if min_half == 1 else f' >= {min_half}'}, the length of the "
+            f"repeated half, got {half_len!r} ({type(half_len).__name__})"
+        )
+    if length != 2 * number:
+        raise ValueError(
+            f"the sequence has T = {length} positions but half_len = {number}: a sequence made of one "
+            f"half repeated has T = 2 * half_len = {2 * number} positions"
+        )
+    return number
+
+
+def repeat_losses(logits, tokens, half_len):
+    """half_len as an int, if logits [B, T, V] are a model's output on tokens [B, T] of one half repeated."""
+    logits_tensor(logits, 3, "[batch, T, vocab]")
+    if logits.dim() != 3:
+        raise ValueError(f"logits must have shape [batch, T, vocab], got {tuple(logits.shape)}")
+    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.shape != logits.shape[:2]:
+        got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(
+            f"tokens must be the integer ids [batch, T] = {list(logits.shape[:2])} the logits were computed on, "
+            f"got {got}"
+        )
+    # a half of one token leaves no prediction inside the first half: its loss would be nan
+    return repeated_half(tokens.shape[1], half_len, min_half=2)
+
+
+def _index(value):
+    """value as an int if it is a whole number (numpy integers too), else None; bool is always a slip."""
+    try:
+        return None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        return None
+
+
+def head_index(head, num_heads, name="head"):
+    number = _index(head)
+    if number is None or not 0 <= number < num_heads:
+        raise ValueError(f"{name} must be a head of the layer, an int in 0..{num_heads - 1}, got {head!r}")
+    return number
+
+
+def head_list(heads, num_heads, name):
+    """heads: one head (an int) or a list of distinct heads, each in 0 .. num_heads - 1; returned as a list."""
+    many = isinstance(heads, (list, tuple, range))
+    numbers = [_index(h) for h in heads] if many else [_index(heads)]
+    if not numbers or any(h is None or not 0 <= h < num_heads for h in numbers) or len(set(numbers)) < len(numbers):
+        raise ValueError(
+            f"{name} must be a head (an int in 0..{num_heads - 1}) or a list of distinct heads, got {heads!r}"
+        )
+    return numbers
+
+
+def length_range(lengths, name):
+    """(low, high) as ints, 1 <= low <= high: a range of lengths, both ends included."""
+    pair = list(lengths) if isinstance(lengths, (list, tuple)) else []
+    numbers = [_index(x) for x in pair]
+    if len(numbers) != 2 or None in numbers or not 1 <= numbers[0] <= numbers[1]:
+        raise ValueError(f"{name} must be a pair (low, high) of ints with 1 <= low <= high, got {lengths!r}")
+    return numbers[0], numbers[1]
+
+
+def per_sequence_values(per_sequence, draws, level):
+    """One number per sequence, [n]: a bootstrap draws sequences, so a 2-D tensor would mix them up."""
+    if not isinstance(per_sequence, torch.Tensor) or per_sequence.dim() != 1 or not per_sequence.is_floating_point():
+        got = (
+            f"{per_sequence.dtype} {tuple(per_sequence.shape)}"
+            if isinstance(per_sequence, torch.Tensor)
+            else type(per_sequence).__name__
+        )
+        raise ValueError(
+            f"per_sequence must be a 1-D float tensor [n], one value per sequence (as second_half_loss returns), "
+            f"got {got}; for losses [n, T] take each sequence's mean first, losses.mean(-1)"
+        )
+    if len(per_sequence) == 0:
+        raise ValueError("per_sequence is empty: a bootstrap needs at least one sequence")
+    positive_int(draws, "draws")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1), e.g. 0.95, got {level!r}")
 
 
 # ---------------------------------------------------------------- associative recall (course_utils.recall)
 
 
-def recall_ids(keys, values, queries):
+def recall_ids(keys, values, queries, num_keys, num_values):
     for name, x in (("keys", keys), ("values", values), ("queries", queries)):
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_floating_point():
             raise ValueError(f"{name} must be an integer tensor [B, n], got {getattr(x, 'shape', type(x).__name__)}")
@@ -524,6 +650,46 @@ def recall_ids(keys, values, queries):
         raise ValueError("a recall sequence needs at least one pair and one query")
     if queries.min() < 0 or queries.max() >= keys.shape[1]:
         raise ValueError(f"queries are indices of pairs, 0..{keys.shape[1] - 1}, got {queries.min()}..{queries.max()}")
+    id_range(keys, "keys", "key ids", num_keys)
+    id_range(values, "values", f"value ids (id {num_values} is the question mark of a query)", num_values)
+    if (keys.sort(dim=1).values.diff(dim=1) == 0).any():
+        raise ValueError("the keys of a sequence must be distinct: a query for a repeated key would have two answers")
+
+
+def id_range(ids, name, what, count):
+    if ids.numel() and (ids.min() < 0 or ids.max() >= count):
+        raise ValueError(f"{name} must be {what} in 0..{count - 1}, got {ids.min().item()}..{ids.max().item()}")
+
+
+def recall_tokens(tokens, num_keys, num_values):
+    """tokens [B, T, 2]: a key id and a value id (or the question mark, id num_values) per token."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 3 or tokens.shape[-1] != 2 or tokens.is_floating_point():
+        got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(
+            f"tokens must be an integer tensor [batch, T, 2], a (key id, value id) pair per token as "
+            f"recall_sequences makes them, got {got}"
+        )
+    if tokens.shape[1] == 0:
+        raise ValueError("tokens hold no position (T = 0)")
+    id_range(tokens[..., 0], "tokens[..., 0]", "key ids", num_keys)
+    id_range(tokens[..., 1], "tokens[..., 1]", f"value ids or the question mark {num_values}", num_values + 1)
+
+
+def recall_answers(tokens, targets, distances):
+    """targets [B, T] for tokens [B, T, 2]; distances [B, Q], one per query (the last Q positions)."""
+    for name, x, dims in (("targets", targets, 2), ("distances", distances, 2)):
+        if not isinstance(x, torch.Tensor) or x.dim() != dims or x.is_floating_point():
+            raise ValueError(f"{name} must be an integer tensor [batch, n], got {shape_or_type(x)}")
+    if (
+        targets.shape != tokens.shape[:2]
+        or distances.shape[0] != tokens.shape[0]
+        or distances.shape[1] > tokens.shape[1]
+    ):
+        raise ValueError(
+            f"tokens [B, T, 2], targets [B, T] and distances [B, Q <= T] must come from one batch "
+            f"(random_recall_batch returns them), got {list(tokens.shape)}, {list(targets.shape)}, "
+            f"{list(distances.shape)}"
+        )
 
 
 # ---------------------------------------------------------------- translation (course_utils.translation)

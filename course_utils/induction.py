@@ -11,10 +11,10 @@ On a sequence made of one random half repeated (``a b c d | a b c d``), the quer
 position t (second half) holds the token of position t - half_len, so the induction head
 attends to key t - half_len + 1, the token that came next last time.
 
-    model = AttentionOnly(vocab_size=48, max_len=32)
-    history = train(model, steps=..., seed=0)
-    weights = model.attention(tokens)                   # [B, layers, heads, T, T]
-    induction_scores(weights.mean(0), half_len)          # [layers, heads]
+    model, history = train(SETTINGS, seed=0, steps=100)  # a fresh AttentionOnly model, trained
+    tokens = repeated_tokens(8, 12, SETTINGS["vocab_size"], torch.Generator().manual_seed(0))
+    weights = model.attention(tokens)                     # [B, layers, heads, T, T]
+    induction_scores(weights.mean(0), 12)                  # [layers, heads]
 
 Also here: the composition scores between a layer-0 head and a layer-1 head, the path
 intervention (the induction head's keys read a stream without the previous-token head),
@@ -55,6 +55,24 @@ __all__ = [
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
+# The lesson's model and training (scripts/train_induction.py stored runs made with these).
+# A training sequence has 2 * half_lens[1] - 1 <= max_len tokens (the last one is only a target).
+SETTINGS = {
+    "vocab_size": 48,
+    "d_model": 64,
+    "num_heads": 4,
+    "num_layers": 2,
+    "max_len": 32,
+    "half_lens": (6, 16),
+    "batch": 64,
+    "steps": 1500,
+    "lr": 3e-3,
+    "warmup": 30,
+    "eval_half_len": 12,
+    "eval_batch": 256,
+    "eval_every": 25,
+}
+
 
 # ---------------------------------------------------------------------------
 # The score that finds an induction head
@@ -82,18 +100,23 @@ def induction_scores(weights, half_len):
 
 def repeated_tokens(batch, half_len, vocab_size, generator):
     """[batch, 2 * half_len] token ids: a random half, then the same half again."""
+    batch, half_len = _validate.positive_int(batch, "batch"), _validate.positive_int(half_len, "half_len")
+    vocab_size = _validate.positive_int(vocab_size, "vocab_size")
     half = torch.randint(vocab_size, (batch, half_len), generator=generator)
     return torch.cat([half, half], dim=1)
 
 
-def training_batch(generator, batch=64, half_lens=(8, 24), vocab_size=48):
+def training_batch(
+    generator, batch=SETTINGS["batch"], half_lens=SETTINGS["half_lens"], vocab_size=SETTINGS["vocab_size"]
+):
     """(inputs, targets) for next-token prediction on repeated random tokens.
 
     The half length is drawn per batch (uniform in half_lens, both ends included), so the
     model cannot copy by position ("look back half_len places"): it must find the earlier
     copy of the current token by its content, which is what an induction head does.
+    The defaults are the lesson's (``SETTINGS``), whose sequences fit ``AttentionOnly(max_len=32)``.
     """
-    low, high = half_lens
+    low, high = _validate.length_range(half_lens, "half_lens")
     half_len = int(torch.randint(low, high + 1, (1,), generator=generator))
     tokens = repeated_tokens(batch, half_len, vocab_size, generator)
     return tokens[:, :-1], tokens[:, 1:]
@@ -148,6 +171,8 @@ class AttentionOnly(nn.Module):
         if bool((tokens < 0).any()) or bool((tokens >= self.vocab_size).any()):
             raise ValueError(f"token ids must lie in 0 .. {self.vocab_size - 1}")
         expected = (self.num_layers, self.num_heads)
+        if head_mask is not None and not isinstance(head_mask, torch.Tensor):
+            raise TypeError(f"head_mask must be a tensor [layers, heads] = {expected}, got {type(head_mask).__name__}")
         if head_mask is not None and tuple(head_mask.shape) != expected:
             raise ValueError(f"head_mask must be [layers, heads] = {expected}, got {tuple(head_mask.shape)}")
 
@@ -192,6 +217,7 @@ def half_losses(logits, tokens, half_len):
     half_len places earlier. (Token half_len, the first of the repeat, is left out: nothing
     in the sequence so far says that the repeat starts there.)
     """
+    half_len = _validate.repeat_losses(logits, tokens, half_len)
     losses = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")  # [B, T-1]
     # losses[:, t] is the loss of predicting token t + 1
     return losses[:, : half_len - 1].mean(), losses[:, half_len:].mean()
@@ -200,22 +226,6 @@ def half_losses(logits, tokens, half_len):
 # ---------------------------------------------------------------------------
 # Training (the course's loop, lesson 05), with the two half losses along the way
 # ---------------------------------------------------------------------------
-
-SETTINGS = {
-    "vocab_size": 48,
-    "d_model": 64,
-    "num_heads": 4,
-    "num_layers": 2,
-    "max_len": 32,
-    "half_lens": (6, 16),
-    "batch": 64,
-    "steps": 1500,
-    "lr": 3e-3,
-    "warmup": 30,
-    "eval_half_len": 12,
-    "eval_batch": 256,
-    "eval_every": 25,
-}
 
 
 def make_model(settings=SETTINGS, seed=0):
@@ -246,6 +256,11 @@ def train(settings=SETTINGS, seed=0, steps=None):
     """
     from course_utils.training import training_step
 
+    if not isinstance(settings, dict):
+        raise TypeError(
+            f"settings must be a dict like SETTINGS, got {type(settings).__name__}: train builds its own model, "
+            f"model, history = train(SETTINGS, seed=0)"
+        )
     steps = settings["steps"] if steps is None else steps
     model = make_model(settings, seed)
     tokens = evaluation_tokens(settings)
@@ -286,6 +301,7 @@ def train(settings=SETTINGS, seed=0, steps=None):
 
 
 def _head_slice(attention, head):
+    head = _validate.head_index(head, attention.num_heads)  # a slice past the last head would be empty: zeros
     rows = slice(head * attention.head_dim, (head + 1) * attention.head_dim)
     return rows
 
@@ -359,6 +375,9 @@ def random_composition_scores(d_model, head_dim, draws, generator):
     The baseline: two matrices that were never trained to fit each other still score above 0,
     and how much depends on the sizes, so a trained score means something only next to this.
     """
+    # a size of 0 would give empty matrices and a score of 0 / 0
+    d_model, head_dim = _validate.positive_int(d_model, "d_model"), _validate.positive_int(head_dim, "head_dim")
+    draws = _validate.positive_int(draws, "draws")
     scores = []
     for _ in range(draws):
         w_q, w_k, w_v = (torch.randn(head_dim, d_model, generator=generator) for _ in range(3))
@@ -383,8 +402,9 @@ def path_patched_logits(model, tokens, writers, readers, path="key"):
     """
     if path not in ("key", "query", "value"):
         raise ValueError(f"path must be 'key', 'query' or 'value', got {path!r}")
-    writers = [writers] if isinstance(writers, int) else list(writers)
-    readers = [readers] if isinstance(readers, int) else list(readers)
+    # a head listed twice would be removed (or patched) twice
+    writers = _validate.head_list(writers, model.layers[0].num_heads, "writers")
+    readers = _validate.head_list(readers, model.layers[1].num_heads, "readers")
     _, streams, per_head, _ = model.run(tokens)
     stream, without = streams[1], streams[1] - per_head[0][:, writers].sum(1)
     inputs = {"query": stream, "key": stream, "value": stream, path: without}
@@ -404,12 +424,14 @@ def path_patched_logits(model, tokens, writers, readers, path="key"):
 @torch.no_grad()
 def second_half_loss(logits, tokens, half_len):
     """[B]: each sequence's mean loss on the second half (the part an induction head can predict)."""
+    half_len = _validate.repeat_losses(logits, tokens, half_len)
     losses = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
     return losses[:, half_len:].mean(-1)
 
 
 def bootstrap_interval(per_sequence, draws=1000, level=0.95, seed=0):
-    """(mean, low, high): a percentile bootstrap interval of the mean over sequences."""
+    """(mean, low, high): a percentile bootstrap interval of the mean of per_sequence [n], one value a sequence."""
+    _validate.per_sequence_values(per_sequence, draws, level)
     g = torch.Generator().manual_seed(seed)
     n = len(per_sequence)
     means = per_sequence[torch.randint(n, (draws, n), generator=g)].mean(-1)
@@ -431,6 +453,7 @@ def load_runs(path=None):
 def load_model(seed, path=None):
     """The model trained from ``seed`` by scripts/train_induction.py, in eval mode."""
     stored = torch.load(Path(path or DATA_DIR / "induction_weights.pt"), weights_only=True)
+    seed = _validate.stored_seed(seed, sorted(int(s) for s in stored["models"]))
     settings = {**SETTINGS, **stored["settings"]}
     model = make_model(settings)
     model.load_state_dict(stored["models"][str(seed)])

@@ -108,11 +108,18 @@ class CharTokenizer:
     def decode(self, ids):
         """int tensor [T] (or a list of ints) -> str."""
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        if any(isinstance(i, list) for i in ids):
+            raise ValueError("decode takes the ids of one text [T]; for a batch decode each row, e.g. decode(ids[0])")
+        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.vocab_size]
+        if bad:  # a negative id would silently index from the end of the vocabulary
+            raise ValueError(f"ids must be ints in 0..{self.vocab_size - 1}, got {bad[:5]}")
         return "".join(self.characters[i] for i in ids)
 
 
 def corpus_splits(num_stories=1500, validation_share=10, seed=0):
     """(tokenizer, train ids, validation ids): the last ``validation_share`` % of the stories are held out."""
+    if isinstance(validation_share, bool) or not isinstance(validation_share, int) or not 0 < validation_share < 100:
+        raise ValueError(f"validation_share must be a percentage, an int in 1..99, got {validation_share!r}")
     text = story_corpus(num_stories, seed)
     lines = text.splitlines(keepends=True)
     cut = len(lines) - len(lines) * validation_share // 100
@@ -195,6 +202,11 @@ class LayerCache:
 
     def append(self, k, v):
         """Add the keys/values of t new tokens; return everything attention may read now."""
+        if self.keys is not None and k.shape[:2] != self.keys.shape[:2]:
+            raise ValueError(
+                f"this cache holds keys of {self.keys.shape[0]} texts and {self.keys.shape[1]} heads, got new ones "
+                f"of {k.shape[0]} and {k.shape[1]}: a cache belongs to one batch of texts; make fresh caches for another"
+            )
         if self.keys is None:
             self.keys, self.values = k, v
         else:
@@ -296,8 +308,8 @@ class LanguageModel(nn.Module):
     def forward(self, tokens, caches=None):
         """tokens [B, t]; caches: one ``LayerCache`` per block (then tokens are the new ones only)."""
         self._check_tokens(tokens)
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"give one LayerCache per block ({len(self.blocks)}), got {len(caches)}")
+        if caches is not None:
+            _validate.layer_caches(caches, len(self.blocks))
         x = self.token_embedding(tokens)
         for i, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[i])
@@ -341,11 +353,13 @@ def generate(
     """Prompt ids [B, P] -> [B, P + steps]: the prompt and ``steps`` new tokens.
 
     ``temperature=None``: greedy (the most probable token); otherwise sampled with
-    ``sample_next_token``. ``use_cache=False`` runs the model on the whole text at every step;
+    ``sample_next_token``. top_k, top_p and generator shape the sampling, so they need a
+    temperature (1.0 samples from the model's own probabilities). ``use_cache=False`` runs the model on the whole text at every step;
     ``use_cache=True`` runs it on the prompt once ("prefill"), then on one new token per step.
     ``step_times``: a list that receives the seconds each step took.
     """
     _validate.prompt_inputs(model, prompt, steps)
+    _validate.greedy_settings(temperature, top_k, top_p, generator)
     model.eval()
     caches = [LayerCache() for _ in model.blocks] if use_cache else None
     sequence, new_tokens = prompt, prompt
@@ -373,6 +387,8 @@ def streaming_loss(model, tokens, window=None, sinks=0, recompute=False):
     run the model afresh on the last W tokens for every prediction (the slow baseline).
     """
     model._check_tokens(tokens)
+    if tokens.shape[1] < 2:
+        raise ValueError(f"a next-token loss needs at least 2 tokens, got tokens of shape {tuple(tokens.shape)}")
     model.eval()
     losses = []
     caches = [LayerCache(window, sinks) for _ in model.blocks]
@@ -393,6 +409,9 @@ def streaming_loss(model, tokens, window=None, sinks=0, recompute=False):
 
 def unigram_loss(train_ids, eval_ids, vocab_size):
     """Cross-entropy of predicting every token from the training frequencies alone (add-one smoothed)."""
+    vocab_size = _validate.positive_int(vocab_size, "vocab_size")
+    _validate.token_ids(train_ids, "train_ids", vocab_size)
+    _validate.token_ids(eval_ids, "eval_ids", vocab_size, min_len=2)
     counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1
     log_probs = (counts / counts.sum()).log()
     return -log_probs[eval_ids[1:]].mean().item()
@@ -400,6 +419,9 @@ def unigram_loss(train_ids, eval_ids, vocab_size):
 
 def bigram_loss(train_ids, eval_ids, vocab_size):
     """Cross-entropy of predicting each token from the one before it (counts, add-one smoothed)."""
+    vocab_size = _validate.positive_int(vocab_size, "vocab_size")
+    _validate.token_ids(train_ids, "train_ids", vocab_size, min_len=2)
+    _validate.token_ids(eval_ids, "eval_ids", vocab_size, min_len=2)
     pairs = train_ids[:-1] * vocab_size + train_ids[1:]
     counts = torch.bincount(pairs, minlength=vocab_size**2).reshape(vocab_size, vocab_size).double() + 1
     log_probs = (counts / counts.sum(dim=1, keepdim=True)).log()
@@ -412,6 +434,9 @@ def batch_sampler(ids, batch_size, context):
     inputs are tokens 0..context-1 of a crop, targets tokens 1..context: the shift of
     ``next_token_loss`` done once, so ``fit``'s cross-entropy scores position t against t + 1.
     """
+    batch_size, context = _validate.positive_int(batch_size, "batch_size"), _validate.positive_int(context, "context")
+    # a crop starts at 0 .. len(ids) - context - 2, so there must be room for one start at least
+    _validate.token_ids(ids, "ids", min_len=context + 2)
 
     def sample_batch(generator):
         starts = torch.randint(0, len(ids) - context - 1, (batch_size,), generator=generator)
@@ -424,8 +449,12 @@ def batch_sampler(ids, batch_size, context):
 @torch.no_grad()
 def evaluate_loss(model, ids, context, max_windows=64):
     """Mean next-token loss over the first ``max_windows`` non-overlapping windows of ``ids``."""
+    context = _validate.positive_int(context, "context")
+    max_windows = _validate.positive_int(max_windows, "max_windows")
+    # one window of context + 1 tokens at least; fewer would average no losses at all (nan)
+    _validate.token_ids(ids, "ids", model.vocab_size, min_len=context + 1)
     model.eval()
-    count = min(max_windows, (len(ids) - 1) // (context + 1))
+    count = min(max_windows, len(ids) // (context + 1))
     crops = ids[: count * (context + 1)].reshape(count, context + 1)
     return next_token_loss(model(crops), crops).item()
 
@@ -460,8 +489,7 @@ def trained_results():
 def load_trained_model(seed=0):
     """(model in eval mode, tokenizer) trained by ``scripts/train_language_model.py`` with ``seed``."""
     results = trained_results()
-    if seed not in results["seeds"]:
-        raise ValueError(f"stored runs have seeds {results['seeds']}, got {seed!r}")
+    seed = _validate.stored_seed(seed, results["seeds"])
     settings = results["settings"]
     tokenizer = CharTokenizer(results["characters"])
     model = LanguageModel(**{k: settings[k] for k in ("vocab_size", "d_model", "num_heads", "num_layers", "context")})

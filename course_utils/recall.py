@@ -13,6 +13,7 @@ Keys are distinct within a sequence; values are random; chance is 1 in ``NUM_VAL
     model = RecallModel("delta")                                   # or softmax, linear, window, gru
     history = train_on_recall(model, steps=1500, seed=0)
     accuracy_by_pairs(model, eval_sets)                            # {pairs: accuracy}
+    stored = stored_results()                                      # what scripts/train_recall.py stored in data/
 
 Every model is embedding -> one mixer (with a residual) -> LayerNorm -> read-out over
 the values. The mixers: softmax attention, linear attention, the delta rule, sliding-window
@@ -20,11 +21,14 @@ attention (each query sees its own and the window - 1 tokens before), and a GRU 
 hidden size makes its parameter count as close as it gets to the attention mixers'.
 """
 
+import json
+
 import torch
 import torch.nn as nn
 
 from course_utils import _validate
 from course_utils.attention import causal_mask, scaled_dot_product_attention
+from course_utils.data import data_path
 from course_utils.linear_attention import delta_rule, linear_attention_parallel
 from course_utils.modern import sliding_window_mask
 from course_utils.training import fit, training_step
@@ -44,12 +48,15 @@ __all__ = [
     "evaluation_sets",
     "accuracy_by_pairs",
     "accuracy_by_distance",
+    "RESULTS_FILE",
+    "stored_results",
 ]
 
 NUM_KEYS = 64
 NUM_VALUES = 64
 QUESTION = NUM_VALUES  # the value id of a query token: "which value goes with this key?"
 MIXERS = ("softmax", "linear", "delta", "window", "gru")
+RESULTS_FILE = "recall_results.json"  # what scripts/train_recall.py stored, in data/
 
 
 def recall_sequences(keys, values, queries):
@@ -59,7 +66,7 @@ def recall_sequences(keys, values, queries):
     tokens[..., 0] is a key id, tokens[..., 1] a value id (QUESTION on the queries);
     targets are -100 (ignored by the loss) on the pairs and the asked value on each query.
     """
-    _validate.recall_ids(keys, values, queries)
+    _validate.recall_ids(keys, values, queries, NUM_KEYS, NUM_VALUES)
     asked_keys = keys.gather(1, queries)  # [B, Q]: the key of each pair asked for
     answers = values.gather(1, queries)  # [B, Q]: and its value, what the model must say
     pairs = torch.stack([keys, values], dim=-1)  # [B, P, 2]
@@ -128,6 +135,7 @@ def _mixer_parameters(d_model, hidden_size):
 
 def gru_hidden_size(d_model):
     """The GRU hidden size whose mixer has the parameter count closest to one attention head's 4 d_model^2."""
+    d_model = _validate.positive_int(d_model, "d_model")
     target = 4 * d_model * d_model
     return min(range(1, 4 * d_model), key=lambda h: abs(_mixer_parameters(d_model, h) - target))
 
@@ -151,6 +159,8 @@ class RecallModel(nn.Module):
         self.readout = nn.Linear(d_model, NUM_VALUES)
 
     def forward(self, tokens):
+        # [B, T] ids (no pair axis) would be read as B pairs and run silently for some mixers
+        _validate.recall_tokens(tokens, NUM_KEYS, NUM_VALUES)
         x = self.key_embedding(tokens[..., 0]) + self.value_embedding(tokens[..., 1])  # one token, both ids
         x = x + self.mixer(x)
         return self.readout(self.norm(x))
@@ -199,6 +209,8 @@ def accuracy_by_pairs(model, eval_sets):
 
 def accuracy_by_distance(model, tokens, targets, distances):
     """(distances [n], accuracy [n]): the share of right answers for each distance from query back to pair."""
+    _validate.recall_tokens(tokens, NUM_KEYS, NUM_VALUES)
+    _validate.recall_answers(tokens, targets, distances)
     num_queries = distances.shape[1]
     right = (_query_predictions(model, tokens, num_queries) == targets[:, -num_queries:]).float()
     found = distances.unique()
@@ -252,3 +264,11 @@ def train_on_recall(
             for name, value in evaluate().items():
                 history[name] = [value]
         return history
+
+
+def stored_results():
+    """What ``scripts/train_recall.py`` stored: its settings and every run's accuracies.
+
+    Found through the package, so a copy of the lesson runs from any folder.
+    """
+    return json.loads(data_path(RESULTS_FILE).read_text())
