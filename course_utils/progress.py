@@ -53,8 +53,8 @@ def _is_text(value):
     return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
 
 
-def _not(what, value, expected):
-    return f"{what} is {json.dumps(value)[:40]}, not {expected}"
+def _not(what, value, expected, verb="is"):
+    return f"{what} {verb} {json.dumps(value)[:40]}, not {expected}"
 
 
 def damage(cell):
@@ -65,11 +65,11 @@ def damage(cell):
     if not isinstance(metadata, dict):
         return _not("its metadata", metadata, "a mapping")
     if not isinstance(metadata.get("tags", []), list):
-        return _not("its tags", metadata["tags"], "a list")
+        return _not("its tags", metadata["tags"], "a list", verb="are")
     if not _is_text(cell.get("source", "")):
         return _not("its source", cell["source"], "text")
     if not isinstance(outputs, list):
-        return _not("its outputs", outputs, "a list")
+        return _not("its outputs", outputs, "a list", verb="are")
     for output in outputs:
         if not isinstance(output, dict):
             return _not("an output", output, "a mapping")
