@@ -3,12 +3,14 @@ prints "PASSED" on its own does not fool it; its exit status and reports."""
 
 import hashlib
 import json
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell
 
 from course_utils.grade import grade_folder, markdown
@@ -109,3 +111,22 @@ def test_grade_says_what_is_not_a_notebook_and_grades_the_rest(tmp_path, monkeyp
     assert errors[4] == "it cannot be read (Permission denied)"
     assert errors[5] == "its JSON is nested too deeply to be a notebook"
     assert not good
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_make_grade_reads_a_folder_whose_name_has_a_space(tmp_path):
+    folder, out = tmp_path / "my notebooks", tmp_path / "report"
+    folder.mkdir()
+    (folder / "01_empty.ipynb").write_text("")  # refused before a kernel starts: the test stays fast
+    # the command line `make grade` runs (--old-file: without running `make install` first)
+    make = ["make", "--dry-run", "--no-print-directory", "--old-file=install", "grade"]
+    dry = subprocess.run(
+        make + [f"NOTEBOOKS_DIR={folder}", f"PY={sys.executable}"], cwd=ROOT, capture_output=True, text=True
+    )
+    (command,) = [line for line in dry.stdout.splitlines() if "course_utils.grade" in line]
+    done = subprocess.run(
+        ["bash", "-c", f"{command} --out {shlex.quote(str(out))}"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    (report,) = json.loads((out / "grade.json").read_text())
+    assert (report["notebook"], report["result"]) == ("01_empty.ipynb", "not a notebook")

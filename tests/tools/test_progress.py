@@ -2,10 +2,12 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell
 
 from course_utils.progress import notebook_progress, progress_table
@@ -151,3 +153,19 @@ def test_progress_shows_a_file_name_that_is_not_utf8(tmp_path):
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "01_caf\\xe9 " in done.stdout and "02_next " in done.stdout and "1 of 2 exercises passed" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_make_progress_reads_a_folder_whose_name_has_a_space(tmp_path):
+    folder = tmp_path / "my notebooks"
+    save(folder, "01_good.ipynb", lesson(RIGHT, outputs=printed("PASSED [causal_mask] ok"), counts=[1, 2]))
+    command = [
+        "make",
+        "--silent",
+        "--no-print-directory",
+        "progress",
+        f"NOTEBOOKS_DIR={folder}",
+        f"PY={sys.executable}",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "1 of 1 exercises passed" in done.stdout, done.stdout + done.stderr
