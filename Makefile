@@ -79,7 +79,7 @@ browser:
 
 # Learners: my exercises, from the saved notebooks (nothing is run; save the notebook first)
 progress:
-	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/progress.py $(NOTEBOOKS_DIR)
+	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/progress.py "$(NOTEBOOKS_DIR)"
 
 # What is wrong with this machine for the course, and the fix for each (paste it into bug reports);
 # runs with .venv's Python when there is one, so it also works when the install is broken
@@ -92,7 +92,7 @@ doctor:
 NOTEBOOKS_DIR ?= notebooks
 GRADE_TIME_LIMIT ?= 300
 grade: install
-	$(PY) -m course_utils.grade $(NOTEBOOKS_DIR) --time-limit $(GRADE_TIME_LIMIT) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
+	$(PY) -m course_utils.grade "$(NOTEBOOKS_DIR)" --time-limit $(GRADE_TIME_LIMIT) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
 
 # Re-execute every notebook in place, in order, each in a fresh kernel (how `test` checks them)
 execute: install

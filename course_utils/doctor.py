@@ -13,6 +13,7 @@ has run (its stamp file is there), so the fixes remove the stamp first.
 
 import importlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -74,11 +75,13 @@ def check_device():
 def _pins(requirements):
     """[(name, version)] of every pin in requirements.txt that applies to this machine."""
     pins = []
-    for line in Path(requirements).read_text().splitlines():
+    for number, line in enumerate(Path(requirements).read_text().splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#") or "==" not in line:
             continue
         spec, _, marker = line.partition(";")
+        if spec.count("==") != 1 or not all(part.strip() for part in spec.split("==")):
+            raise ValueError(f"line {number} of {requirements} is not `name==version`: {line!r}")
         if marker.strip():
             try:
                 from packaging.markers import Marker
@@ -117,20 +120,40 @@ def _kernel_python(spec):
     return sys.executable if first in {"python", "python3", f"python3.{sys.version_info[1]}"} else first
 
 
+def _kernel_folder(specs):
+    """The folder of the 'python3' kernel Jupyter finds first, None if it has no kernel.json there (ipykernel's
+    built-in one). Once it is removed, Jupyter uses the next: the course environment's own, or ipykernel's."""
+    try:
+        folder = specs.find_kernel_specs().get("python3")
+    except Exception:
+        return None
+    return folder if folder and Path(folder, "kernel.json").is_file() else None
+
+
 def check_kernel(spec_manager=None, run=subprocess.run):
     """The kernel JupyterLab starts for the lessons: this environment's Python, able to import what they use."""
     try:
         from jupyter_client.kernelspec import KernelSpecManager
 
-        spec = (spec_manager or KernelSpecManager()).get_kernel_spec("python3")
+        specs = spec_manager or KernelSpecManager()
     except Exception as e:
-        return "FIX", f"no Python kernel for JupyterLab ({type(e).__name__}: {e})\n     fix: `{REINSTALL}`"
-    python = _kernel_python(spec)
+        return "FIX", f"jupyter_client does not import ({type(e).__name__}: {e})\n     fix: `{REINSTALL}`"
+    try:
+        spec = specs.get_kernel_spec("python3")
+        python = _kernel_python(spec)
+    except Exception as e:  # e.g. a kernel.json that is not JSON, or has no command
+        folder = _kernel_folder(specs)
+        if folder is None:
+            return "FIX", f"no Python kernel for JupyterLab ({type(e).__name__}: {e})\n     fix: `{REINSTALL}`"
+        return "FIX", (
+            f"JupyterLab's 'python3' kernel is broken: {Path(folder, 'kernel.json')} ({type(e).__name__}: {e})"
+            f"\n     fix: `rm -rf {shlex.quote(folder)}`"
+        )
     if Path(python).resolve() != Path(sys.executable).resolve():
+        folder = str(spec.resource_dir)
         return "FIX", (
             f"JupyterLab's 'python3' kernel runs {python}, not the course's {sys.executable}: the lessons would "
-            f"not find their packages. Its definition is in {spec.resource_dir}\n     fix: remove that folder, "
-            f"then `{REINSTALL}`"
+            f"not find their packages. Its definition is in {folder}\n     fix: `rm -rf {shlex.quote(folder)}`"
         )
     code = "import " + ", ".join(KERNEL_IMPORTS)
     try:
@@ -209,9 +232,17 @@ CHECKS = [check_python, check_environment, check_packages, check_torch, check_de
 CHECKS += [check_lab_settings, check_model, check_triton, check_chromium, check_disk]
 
 
+def _run(check):
+    """The check's (status, message); one that fails is reported as such, and the others still run."""
+    try:
+        return check()
+    except Exception as e:
+        return "FIX", f"{getattr(check, '__name__', 'a check')} failed: {type(e).__name__}: {e}"
+
+
 def report(checks=CHECKS):
     """[(status, message)] of every check, and the text `make doctor` prints."""
-    results = [check() for check in checks]
+    results = [_run(check) for check in checks]
     lines = [f"{status:<4} {message}" for status, message in results]
     fixes = sum(status == "FIX" for status, _ in results)
     lines.append("All good: `make lab` to learn." if not fixes else f"{fixes} thing(s) to fix, see FIX above.")

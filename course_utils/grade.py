@@ -17,11 +17,18 @@ changes nothing. Functions the checks compare with (``torch.allclose``, ``torch.
 recorded before the learner's first cell and put back before each check; a notebook that replaced
 them is reported as tampered (course_utils/tamper_guard.py).
 
-One notebook never costs the others: a cell that raises stops that notebook (the exercises defined
-before it are still graded); a notebook whose cells run longer than the time limit is interrupted
-("timed out", the exercises defined so far still graded); a kernel that dies ("kernel died") or a
-file that is not a notebook ("not a notebook") is recorded, and grading goes on with the next. The
-reports are rewritten after every notebook, so an interrupted run keeps what it graded.
+One notebook never costs the others: each runs in a folder of its own (deleting it harms no other);
+a cell that raises stops that notebook (the exercises defined before it are still graded); a notebook
+whose cells run longer than the time limit is interrupted ("timed out", the exercises defined so far
+still graded); a kernel that dies ("kernel died") or a file that is not a notebook ("not a notebook")
+is recorded, and grading goes on with the next. A learner's folder without lesson notebooks gets a
+row that says so. The reports are rewritten after every notebook, so an interrupted run keeps what it
+graded.
+
+The kernel talks to the grader over Unix sockets in a folder of its own (on Windows, TCP ports): two
+kernels started at the same moment by TCP can be handed the same port, and one of them dies as it
+starts. A kernel that still dies while starting is replaced, up to KERNEL_TRIES times; if none starts,
+the notebook is reported "kernel failed to start", a fault of the grading machine, not the learner's.
 Exit status: 0 when every notebook ran and every exercise passed (or, with --allow-not-attempted,
 was not attempted yet); 1 otherwise.
 """
@@ -30,6 +37,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import re
 import secrets
 import shutil
@@ -40,12 +48,13 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.progress import lesson_notebooks
+from course_utils.progress import damage, kind, lesson_notebooks, shown
 
 ROOT = Path(__file__).resolve().parent.parent
 OK = {"passed"}
 TIME_LIMIT_S = 300  # a notebook's own cells, all together; the checks after them have their own limits
 CHECK_BUDGET_S = 60  # the grading cell: per exercise (each check stops learner code after 30 s)
+KERNEL_TRIES = 3  # kernels started for one notebook before it is reported "kernel failed to start"
 
 # Runs first, before the learner's cells: the originals of what the checks compare with.
 # {token} is new each run, so no notebook can know the names.
@@ -76,11 +85,15 @@ class NotANotebook(Exception):
     """The file cannot be read as a Jupyter notebook (version 4)."""
 
 
+class KernelDidNotStart(Exception):
+    """No kernel started for the notebook: the grading machine's problem, not the learner's."""
+
+
 def read_notebook(path):
     """The notebook at ``path``; NotANotebook (saying why) for anything else."""
     path = Path(path)
     if not path.is_file():
-        raise NotANotebook(f"{path.name} is not a file")
+        raise NotANotebook(f"{shown(path.name)} is {kind(path)}, not a notebook file")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
@@ -91,10 +104,15 @@ def read_notebook(path):
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise NotANotebook(f"not valid JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise NotANotebook("its JSON is nested too deeply to be a notebook") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         version = data.get("nbformat") if isinstance(data, dict) else None
         old = f" (nbformat {version}: open and save it in JupyterLab to update it)" if version else ""
         raise NotANotebook(f"no list of cells in it{old}")
+    for index, cell in enumerate(data["cells"]):
+        if damage(cell):
+            raise NotANotebook(f"cell {index} is damaged: {damage(cell)}")
     try:
         return nbformat.reads(text, as_version=4)
     except Exception as e:
@@ -148,9 +166,9 @@ def grade_notebook(path, time_limit=TIME_LIMIT_S):
     """{"notebook", "result", "error", "exercises": {id: {"status", "message"}}} for one notebook.
 
     result: "ran", "raised", "timed out", "kernel died", "not a notebook", "bad exercise cell",
-    "tampered" or "grader failed".
+    "tampered", "kernel failed to start" or "grader failed" (the last two: not the learner's doing).
     """
-    report = {"notebook": Path(path).name, "result": "ran", "error": None, "exercises": {}}
+    report = {"notebook": shown(Path(path).name), "result": "ran", "error": None, "exercises": {}}
     try:
         nb = read_notebook(path)
     except NotANotebook as e:
@@ -158,7 +176,9 @@ def grade_notebook(path, time_limit=TIME_LIMIT_S):
     items, problems = exercise_cells(nb)
     try:
         grades, replaced, result, error = _execute(nb, Path(path).parent, items, time_limit)
-    except Exception as e:  # the kernel did not start, or the grader itself failed: this notebook only
+    except KernelDidNotStart as e:
+        grades, replaced, result, error = {}, [], "kernel failed to start", str(e)
+    except Exception as e:  # the grader itself failed: this notebook only
         grades, replaced, result, error = {}, [], "grader failed", f"{type(e).__name__}: {str(e)[:300]}"
     if replaced:
         result = "tampered"
@@ -171,8 +191,42 @@ def grade_notebook(path, time_limit=TIME_LIMIT_S):
     return {**report, "result": "bad exercise cell" if result == "ran" and problems else result, "error": error}
 
 
+def _start_kernel(client, tries=KERNEL_TRIES):
+    """Start the client's kernel; one that dies while starting is replaced by a fresh one."""
+    for attempt in range(1, tries + 1):
+        client.km = client.create_kernel_manager()  # new connection details each time
+        try:
+            client.start_new_kernel()
+            client.start_new_kernel_client()  # waits for the kernel's first reply
+            return
+        except Exception as e:
+            why = f"{type(e).__name__}: {str(e)[:200]}"
+            if client.km is not None and client.km.has_kernel:  # nbclient cleans up when the client fails
+                client._cleanup_kernel()
+            client.km = client.kc = None
+            print(f"  the kernel did not start (try {attempt} of {tries}): {why}", flush=True)
+    raise KernelDidNotStart(
+        f"no kernel started in {tries} tries (last: {why}): a problem of the grading machine, not of the "
+        f"notebook; grade it again"
+    )
+
+
+def _kernel_config(sockets):
+    """Unix sockets in a folder of this kernel's own: no port another kernel can take (TCP on Windows)."""
+    from traitlets.config import Config
+
+    if os.name != "posix":
+        return Config()
+    return Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
+
+
 def _execute(nb, folder, items, time_limit):
     """Run the notebook, then the grading cell, in one kernel: (grades, replaced, result, error)."""
+    with tempfile.TemporaryDirectory(prefix="grade-kernel-", ignore_cleanup_errors=True) as sockets:
+        return _execute_with(nb, folder, items, time_limit, _kernel_config(sockets))
+
+
+def _execute_with(nb, folder, items, time_limit, config):
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
@@ -194,8 +248,10 @@ def _execute(nb, folder, items, time_limit):
         interrupt_on_timeout=True,
         error_on_timeout={"ename": "TimeoutError", "evalue": "the time limit was reached", "traceback": []},
         resources={"metadata": {"path": str(folder)}},
+        config=config,
     )
-    with client.setup_kernel():
+    _start_kernel(client)
+    with client.setup_kernel():  # shuts the kernel down at the end
         client.execute_cell(guard, learner_cells)  # runs first, before the learner's first cell
         result, error = _run_cells(client, nb, learner_cells, time.monotonic() + time_limit)
         if result == "kernel died":
@@ -223,33 +279,63 @@ def _good(report, ok):
 
 
 def learner_folders(folder):
-    """{learner: folder}: ``folder`` itself, or each of its subfolders with lesson notebooks."""
+    """{learner: folder}: ``folder`` itself when it has lesson notebooks, else each of its subfolders
+    (hidden ones aside), those without lesson notebooks too: their reports say so."""
     folder = Path(folder)
     if lesson_notebooks(folder)[0]:
-        return {folder.resolve().name: folder}
-    return {sub.name: sub for sub in sorted(folder.iterdir()) if sub.is_dir() and lesson_notebooks(sub)[0]}
+        return {shown(folder.resolve().name): folder}
+    subfolders = sorted(folder.iterdir()) if folder.is_dir() else []
+    return {shown(sub.name): sub for sub in subfolders if not sub.name.startswith(".") and not sub.is_file()}
+
+
+def _no_notebooks(folder):
+    """The report of a learner's folder without lesson notebooks: what is there instead."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        why = f"{shown(folder.name)} is {kind(folder)}, not a folder of notebooks"
+    else:
+        found = sorted(shown(p.relative_to(folder)) for p in [*folder.glob("*.ipynb"), *folder.glob("*/*.ipynb")])
+        why = "no lesson notebooks (NN_*.ipynb) in it" + (f"; it has {', '.join(found[:5])}" if found else "")
+    return {"notebook": "(none)", "result": "no lesson notebooks", "error": why, "exercises": {}}
+
+
+def _grade_copy(path, time_limit):
+    """grade_notebook on a copy of ``path`` in a folder of its own, which the notebook may even delete."""
+    work = tempfile.mkdtemp(prefix="grade-")
+    try:
+        if not path.is_file():
+            return grade_notebook(path, time_limit)  # a folder, a broken link...: read_notebook says so
+        copy = Path(work) / path.name
+        shutil.copyfile(path, copy)
+        return grade_notebook(copy, time_limit)
+    except OSError as e:  # the learner's file cannot be read (permissions, a bad disk): this notebook only
+        error = f"it cannot be read ({e.strerror or e})"
+        return {"notebook": shown(path.name), "result": "not a notebook", "error": error, "exercises": {}}
+    except Exception as e:  # a fault of the grader: this notebook only
+        error = f"{type(e).__name__}: {str(e)[:300]}"
+        return {"notebook": shown(path.name), "result": "grader failed", "error": error, "exercises": {}}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def grade_folder(folder, allow_not_attempted=False, time_limit=TIME_LIMIT_S, on_report=None):
     """Grade every NN_*.ipynb in ``folder`` from temporary copies; returns (reports, all good?).
 
-    on_report(reports so far) is called after each notebook (the reports are written incrementally)."""
+    on_report(reports so far) is called after each notebook (the reports are written incrementally).
+    A folder without lesson notebooks gives one report that says so (result "no lesson notebooks")."""
     paths, _ = lesson_notebooks(folder)  # JupyterLab's -Copy1 duplicates are not lessons
     if not paths:
-        raise FileNotFoundError(f"no lesson notebooks (NN_*.ipynb) in {folder}")
+        reports = [_no_notebooks(folder)]
+        if on_report is not None:
+            on_report(reports)
+        return reports, False
     ok = OK | ({"not attempted"} if allow_not_attempted else set())
     reports = []
-    with tempfile.TemporaryDirectory(prefix="grade-") as work:
-        for path in paths:
-            print(f"grading {path} ...", flush=True)
-            if path.is_file():
-                copy = Path(work) / path.name
-                shutil.copyfile(path, copy)
-            else:
-                copy = path  # a folder named like a notebook: read_notebook says so, nothing runs
-            reports.append(grade_notebook(copy, time_limit))
-            if on_report is not None:
-                on_report(reports)
+    for path in paths:
+        print(f"grading {shown(path)} ...", flush=True)
+        reports.append(_grade_copy(path, time_limit))
+        if on_report is not None:
+            on_report(reports)
     return reports, all(_good(r, ok) for r in reports)
 
 
@@ -269,8 +355,14 @@ def markdown(reports):
 
 def _write_report(out, reports):
     out.mkdir(parents=True, exist_ok=True)
-    (out / "grade.json").write_text(json.dumps(reports, indent=2))
-    (out / "grade.md").write_text(markdown(reports) + "\n")
+    (out / "grade.json").write_text(json.dumps(reports, indent=2), encoding="utf-8")
+    (out / "grade.md").write_text(markdown(reports) + "\n", encoding="utf-8", errors="backslashreplace")
+
+
+def _problem(report):
+    if report["result"] == "no lesson notebooks":
+        return report["error"]
+    return f"{report['notebook']}: {report['result']}"
 
 
 def write_gradebook(path, learners):
@@ -279,12 +371,12 @@ def write_gradebook(path, learners):
     for reports in learners.values():
         for r in reports:
             columns += [e for e in r["exercises"] if e not in columns]
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
         writer = csv.writer(f)
         writer.writerow(["learner", *columns, "passed", "exercises", "notebook problems"])
         for learner, reports in learners.items():
             statuses = {e: v["status"] for r in reports for e, v in r["exercises"].items()}
-            problems = [f"{r['notebook']}: {r['result']}" for r in reports if r.get("result", "ran") != "ran"]
+            problems = [_problem(r) for r in reports if r.get("result", "ran") != "ran"]
             row = [statuses.get(c, "missing") for c in columns]
             writer.writerow([learner, *row, row.count("passed"), len(columns), "; ".join(problems)])
 
@@ -300,9 +392,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     learners = learner_folders(args.folder)
     if not learners:
-        print(f"no lesson notebooks (NN_*.ipynb) in {args.folder} or in its subfolders", file=sys.stderr)
+        where = "or in its subfolders" if Path(args.folder).is_dir() else f"({kind(args.folder)})"
+        print(f"no lesson notebooks (NN_*.ipynb) in {shown(args.folder)} {where}", file=sys.stderr)
         return 2
-    out, single = Path(args.out), len(learners) == 1 and Path(args.folder).resolve().name in learners
+    out, single = Path(args.out), bool(lesson_notebooks(args.folder)[0])
     out.mkdir(parents=True, exist_ok=True)
     graded, all_good = {}, True
     for learner, folder in learners.items():
@@ -316,7 +409,7 @@ def main(argv=None):
         reports, good = grade_folder(folder, args.allow_not_attempted, args.time_limit, on_report=save)
         all_good &= good
         print(("" if single else f"\n## {learner}\n") + markdown(reports))
-    print(f"\nreports: {out} (grade.md and grade.json{'' if single else ' per learner'}, gradebook.csv)")
+    print(f"\nreports: {shown(out)} (grade.md and grade.json{'' if single else ' per learner'}, gradebook.csv)")
     return 0 if all_good else 1
 
 

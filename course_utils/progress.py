@@ -6,12 +6,15 @@
 It reads what each check cell printed the last time it ran (JupyterLab saves outputs with the
 notebook), so save the notebook (Ctrl+S) after running a check. It warns when a saved result may
 mislead: an exercise cell run again after its check (the check's result is about the code before).
-A file it cannot read, or an exercise cell it cannot place, is skipped with a warning that names
-it; the other notebooks are still shown. JupyterLab's copies (``02_x-Copy1.ipynb``) are not lessons.
+A file it cannot read, a damaged cell (valid JSON that is not a notebook cell), or an exercise cell
+it cannot place, is skipped with a warning that names it; the other notebooks are still shown. JupyterLab's copies (``02_x-Copy1.ipynb``) are not lessons.
 """
 
+import errno
 import json
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -26,19 +29,72 @@ class Unreadable(Exception):
     """A file that is not a notebook this tool can read; the message says why."""
 
 
+def shown(name):
+    """A file name or path as text that always prints: bytes that are not UTF-8 are shown as \\xNN."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def kind(path):
+    """What ``path`` is, in words: "a file", "a folder", "a symbolic link loop ...", ..."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link loop (it leads back to itself)"
+        if os.path.islink(path):
+            return f"a symbolic link to {shown(os.readlink(path))}, which does not exist"
+        return "not there" if e.errno == errno.ENOENT else f"unreadable ({e.strerror})"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "a file" if stat.S_ISREG(mode) else "not a regular file (a pipe, a socket or a device)"
+
+
+def _is_text(value):
+    return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+def _not(what, value, expected, verb="is"):
+    return f"{what} {verb} {json.dumps(value)[:40]}, not {expected}"
+
+
+def damage(cell):
+    """What is damaged in a cell's JSON, or None. A file can be valid JSON and still not hold notebook cells."""
+    if not isinstance(cell, dict):
+        return _not("the cell", cell, "a mapping")
+    metadata, outputs = cell.get("metadata", {}), cell.get("outputs", [])
+    if not isinstance(metadata, dict):
+        return _not("its metadata", metadata, "a mapping")
+    if not isinstance(metadata.get("tags", []), list):
+        return _not("its tags", metadata["tags"], "a list", verb="are")
+    if not _is_text(cell.get("source", "")):
+        return _not("its source", cell["source"], "text")
+    if not isinstance(outputs, list):
+        return _not("its outputs", outputs, "a list", verb="are")
+    for output in outputs:
+        if not isinstance(output, dict):
+            return _not("an output", output, "a mapping")
+        if not isinstance(output.get("data", {}), dict):
+            return _not("an output's data", output["data"], "a mapping")
+        for text in (output.get("text", ""), output.get("data", {}).get("text/plain", "")):
+            if not _is_text(text):
+                return _not("an output's text", text, "text")
+    return None
+
+
 def _text(output):
-    if output.get("output_type") == "stream":
-        text = output.get("text", "")
-    else:
-        text = output.get("data", {}).get("text/plain", "")
-    return "".join(text) if isinstance(text, (list, str)) else ""
+    text = (
+        output.get("text", "")
+        if output.get("output_type") == "stream"
+        else output.get("data", {}).get("text/plain", "")
+    )
+    return "".join(text)
 
 
 def _cells(path):
-    """The notebook's cells (nbformat 4), or Unreadable saying why not."""
+    """The notebook's cells (nbformat 4, some maybe damaged), or Unreadable saying why not."""
     path = Path(path)
     if not path.is_file():
-        raise Unreadable("it is a folder, not a notebook file")
+        raise Unreadable(f"it is {kind(path)}, not a notebook file")
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
@@ -46,20 +102,27 @@ def _cells(path):
     except json.JSONDecodeError as e:
         empty = not path.read_bytes().strip()
         raise Unreadable("the file is empty" if empty else f"it is not valid JSON (line {e.lineno})") from None
+    except RecursionError:
+        raise Unreadable("its JSON is nested too deeply to be a notebook") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         version = data.get("nbformat") if isinstance(data, dict) else None
         if isinstance(version, int) and version < 4:
             raise Unreadable(f"it is in the old notebook format {version}: open it in JupyterLab and save it")
         raise Unreadable("it has no cells")
-    return [c for c in data["cells"] if isinstance(c, dict)]
+    return data["cells"]
 
 
 def notebook_progress(path):
     """{"notebook", "exercises": {id: status}, "misleading": [exercise ids], "warnings": [...]}.
 
     Raises Unreadable for a file that is not a readable notebook."""
-    code = [c for c in _cells(path) if c.get("cell_type") == "code"]
-    exercises, ran_at, warnings = {}, {}, []
+    code, exercises, ran_at, warnings = [], {}, {}, []
+    for index, cell in enumerate(_cells(path)):
+        why = damage(cell)
+        if why:
+            warnings.append(f"cell {index}, which is damaged: {why}")
+        elif cell.get("cell_type") == "code":
+            code.append(cell)
     for cell in code:
         if "exercise" in (cell.get("metadata", {}).get("tags") or []):
             exercise_id = cell["metadata"].get("exercise_id")
@@ -71,7 +134,7 @@ def notebook_progress(path):
             ran_at[exercise_id] = cell.get("execution_count")
     checked_at = {}
     for cell in code:  # later checks of the same exercise overwrite earlier ones
-        for output in cell.get("outputs", []) if isinstance(cell.get("outputs"), list) else []:
+        for output in cell.get("outputs", []):
             for word, exercise_id in _RESULT.findall(_text(output)):
                 if exercise_id in exercises:
                     exercises[exercise_id] = _STATUS[word]
@@ -81,7 +144,7 @@ def notebook_progress(path):
         for e, check in checked_at.items()
         if isinstance(check, int) and isinstance(ran_at[e], int) and ran_at[e] > check
     ]
-    return {"notebook": Path(path).name, "exercises": exercises, "misleading": misleading, "warnings": warnings}
+    return {"notebook": shown(Path(path).name), "exercises": exercises, "misleading": misleading, "warnings": warnings}
 
 
 def lesson_notebooks(folder):
@@ -94,25 +157,25 @@ def progress_table(folder=NOTEBOOKS):
     """The table `make progress` prints, as text."""
     paths, copies = lesson_notebooks(folder)
     if not paths:
-        return f"no lesson notebooks (NN_*.ipynb) in {folder}"
+        return f"no lesson notebooks (NN_*.ipynb) in {shown(folder)}"
     rows, totals, warnings = [], {}, []
     for path in paths:
         try:
             result = notebook_progress(path)
         except (Unreadable, OSError) as e:
-            warnings.append(f"! {path.name}: skipped, {e}")
+            warnings.append(f"! {shown(path.name)}: skipped, {e}")
             continue
         for exercise_id, status in result["exercises"].items():
             rows.append((result["notebook"].removesuffix(".ipynb"), exercise_id, status))
             totals[status] = totals.get(status, 0) + 1
-        warnings += [f"! {path.name}: skipped {w}" for w in result["warnings"]]
+        warnings += [f"! {result['notebook']}: skipped {w}" for w in result["warnings"]]
         for exercise_id in result["misleading"]:
             warnings.append(
-                f"! {path.name}: the exercise cell of {exercise_id} ran again after its check, so the result shown "
+                f"! {result['notebook']}: the exercise cell of {exercise_id} ran again after its check, so the result shown "
                 f"is about the code before. Fix: run its check cell again, then save."
             )
     if copies:
-        warnings.append(f"(not counted: JupyterLab's copies {', '.join(p.name for p in copies)})")
+        warnings.append(f"(not counted: JupyterLab's copies {', '.join(shown(p.name) for p in copies)})")
     width = max([len(r[0]) for r in rows] + [10])
     lines = [f"{'lesson':<{width}}  {'exercise':<30} status", "-" * (width + 45)]
     lines += [f"{lesson:<{width}}  {exercise_id:<30} {status}" for lesson, exercise_id, status in rows]

@@ -1,7 +1,12 @@
 """`make doctor` names what is missing and the exact fix for each."""
 
+import json
+import re
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from course_utils import doctor
 
@@ -125,3 +130,54 @@ def test_the_advised_reinstall_reinstalls_although_make_install_ran(tmp_path):
 
     assert pip_steps("make install") == []  # the old advice: nothing to be done
     assert len(pip_steps(doctor.REINSTALL)) == 2  # torch, then the rest of the pins
+
+
+def _jupyter_with_python3_kernel(tmp_path, monkeypatch, where, kernel_json):
+    """A 'python3' kernel definition where Jupyter looks first: JUPYTER_PATH, or the user's own folder."""
+    if where == "JUPYTER_PATH":
+        data = tmp_path / "jupyter"
+        monkeypatch.setenv("JUPYTER_PATH", str(data))
+    else:  # ~/.local/share/jupyter, read before the environment's when asked to
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
+        for name in ("JUPYTER_PATH", "JUPYTER_DATA_DIR", "XDG_DATA_HOME"):
+            monkeypatch.delenv(name, raising=False)
+        data = tmp_path / "home" / ".local" / "share" / "jupyter"
+    kernel = data / "kernels" / "python3"
+    kernel.mkdir(parents=True)
+    (kernel / "kernel.json").write_text(kernel_json)
+    return kernel
+
+
+BROKEN_KERNELS = {
+    "not JSON": '{"argv": ["python3", "-m", "ipykernel_launcher"',
+    "no command": "{}",
+    "another Python": json.dumps({"argv": ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]}),
+}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the user's Jupyter folder is elsewhere on macOS and Windows")
+@pytest.mark.parametrize("where", ["JUPYTER_PATH", "HOME"])
+@pytest.mark.parametrize("broken", list(BROKEN_KERNELS))
+def test_the_fix_for_a_broken_kernel_definition_repairs_it(tmp_path, monkeypatch, where, broken):
+    kernel = _jupyter_with_python3_kernel(tmp_path, monkeypatch, where, BROKEN_KERNELS[broken])
+    status, message = doctor.check_kernel(run=_imports_fine)
+    assert status == "FIX" and str(kernel) in message, message
+    (fix,) = re.findall(r"fix: `([^`]+)`", message)
+    assert str(kernel) in fix, fix  # it acts on the broken definition (and nothing heavy runs here otherwise)
+    subprocess.run(["bash", "-c", fix], cwd=ROOT, check=True)  # what the learner pastes
+    status, message = doctor.check_kernel(run=_imports_fine)
+    assert status == "ok", message
+
+
+def _imports_fine(command, **kwargs):  # the kernel's imports are another test's business: this one is quick
+    return subprocess.CompletedProcess(command, 0, "", "")
+
+
+def test_a_check_that_fails_costs_no_other_check(tmp_path):
+    pins = tmp_path / "requirements.txt"
+    pins.write_text("nbformat==5.0\n<<<<<<< HEAD\ntorch==2.5.1\n=======\ntorch==2.6.0\n>>>>>>> other\n")  # a merge
+    results, text = doctor.report([lambda: doctor.check_packages(requirements=pins), doctor.check_chromium])
+    assert [status for status, _ in results] == ["FIX", doctor.check_chromium()[0]]
+    assert "line 4 of " in results[0][1] and "is not `name==version`: '======='" in results[0][1]
+    assert "1 thing(s) to fix" in text

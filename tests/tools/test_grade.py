@@ -3,9 +3,14 @@ prints "PASSED" on its own does not fool it; its exit status and reports."""
 
 import hashlib
 import json
+import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import nbformat
+import pytest
 from nbformat.v4 import new_code_cell
 
 from course_utils.grade import grade_folder, markdown
@@ -67,3 +72,61 @@ def test_grade_writes_the_report_after_every_notebook(tmp_path):
     assert seen == [["01_right.ipynb"], ["01_right.ipynb", "02_dir.ipynb"], [r["notebook"] for r in reports]]
     assert [r["result"] for r in reports] == ["ran", "not a notebook", "not a notebook"]
     assert "nbformat 3" in reports[2]["error"] and not good
+
+
+def _damaged(change):
+    data = json.loads(nbformat.writes(lesson(RIGHT)))
+    change(data["cells"][1])  # the exercise cell
+    return json.dumps(data)
+
+
+def test_grade_says_what_is_not_a_notebook_and_grades_the_rest(tmp_path, monkeypatch):
+    """No kernel runs here: each file is refused before, with the reason, and grading goes on."""
+    folder = tmp_path / "learner"
+    folder.mkdir()
+    (folder / "01_loop.ipynb").symlink_to("01_loop.ipynb")
+    (folder / "02_gone.ipynb").symlink_to("moved.ipynb")
+    (folder / "03_tags.ipynb").write_text(_damaged(lambda cell: cell["metadata"].update(tags=None)))
+    (folder / "04_source.ipynb").write_text(_damaged(lambda cell: cell.update(source=5)))
+    (folder / "05_locked.ipynb").write_text("{}")
+    (folder / "06_deep.ipynb").write_text("[" * 100_000 + "]" * 100_000)
+    copy = shutil.copyfile
+
+    def locked(source, target, **kwargs):  # what a file the grader may not read does (as root, chmod cannot)
+        if Path(source).name == "05_locked.ipynb":
+            raise PermissionError(13, "Permission denied", str(source))
+        return copy(source, target, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", locked)
+    reports, good = grade_folder(folder)
+    assert [(r["notebook"], r["result"]) for r in reports] == [
+        (f"0{i}_{name}.ipynb", "not a notebook")
+        for i, name in enumerate(["loop", "gone", "tags", "source", "locked", "deep"], 1)
+    ]
+    errors = [r["error"] for r in reports]
+    assert errors[0] == "01_loop.ipynb is a symbolic link loop (it leads back to itself), not a notebook file"
+    assert errors[1] == "02_gone.ipynb is a symbolic link to moved.ipynb, which does not exist, not a notebook file"
+    assert errors[2] == "cell 1 is damaged: its tags are null, not a list"
+    assert errors[3] == "cell 1 is damaged: its source is 5, not text"
+    assert errors[4] == "it cannot be read (Permission denied)"
+    assert errors[5] == "its JSON is nested too deeply to be a notebook"
+    assert not good
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_make_grade_reads_a_folder_whose_name_has_a_space(tmp_path):
+    folder, out = tmp_path / "my notebooks", tmp_path / "report"
+    folder.mkdir()
+    (folder / "01_empty.ipynb").write_text("")  # refused before a kernel starts: the test stays fast
+    # the command line `make grade` runs (--old-file: without running `make install` first)
+    make = ["make", "--dry-run", "--no-print-directory", "--old-file=install", "grade"]
+    dry = subprocess.run(
+        make + [f"NOTEBOOKS_DIR={folder}", f"PY={sys.executable}"], cwd=ROOT, capture_output=True, text=True
+    )
+    (command,) = [line for line in dry.stdout.splitlines() if "course_utils.grade" in line]
+    done = subprocess.run(
+        ["bash", "-c", f"{command} --out {shlex.quote(str(out))}"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    (report,) = json.loads((out / "grade.json").read_text())
+    assert (report["notebook"], report["result"]) == ("01_empty.ipynb", "not a notebook")

@@ -3,11 +3,13 @@ others their grade, and the gradebook has a row per learner."""
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
 from nbformat.v4 import new_code_cell
 
+from course_utils.grade import main
 from tests.tools.learner_notebooks import RIGHT, ROOT, STUB, WRONG, lesson, save
 
 # ---------------------------------------------------------------- a class's submissions, as an instructor gets them
@@ -103,3 +105,66 @@ def test_grade_a_class_one_notebook_never_costs_the_others(tmp_path):
     assert (rows[0]["passed"], rows[0]["exercises"]) == ("1", "2")
     assert "02_loops.ipynb: timed out" in rows[0]["notebook problems"]
     assert "01_equal.ipynb: tampered" in rows[1]["notebook problems"]
+
+
+def _gradebook(out):
+    with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
+        return {row["learner"]: row for row in csv.DictReader(f)}
+
+
+def test_a_notebook_that_deletes_its_folder_costs_no_other_notebook(tmp_path, capsys):
+    submissions, out = tmp_path / "submissions", tmp_path / "report"
+    deletes = "import os, shutil\nshutil.rmtree(os.getcwd())"
+    save(submissions / "ana", "01_deletes.ipynb", lesson(RIGHT, extra=deletes))
+    save(submissions / "ana", "02_wrong.ipynb", lesson(WRONG))
+    (submissions / "ben").mkdir()
+    (submissions / "ben" / "01_empty.ipynb").write_text("")
+    assert main([str(submissions), "--out", str(out)]) == 1
+    ana = json.loads((out / "ana" / "grade.json").read_text())
+    assert [(r["notebook"], r["result"], r["exercises"]["causal_mask"]["status"]) for r in ana] == [
+        ("01_deletes.ipynb", "ran", "passed"),
+        ("02_wrong.ipynb", "ran", "not yet"),
+    ]
+    rows = _gradebook(out)
+    assert (rows["ana"]["causal_mask"], rows["ana"]["passed"]) == ("not yet", "0")  # the last notebook decides
+    assert rows["ben"]["notebook problems"] == "01_empty.ipynb: not a notebook"
+
+
+def test_file_names_that_are_not_utf8_lose_no_learner(tmp_path):
+    submissions, out = tmp_path / "submissions", tmp_path / "report"
+    cafe = submissions / os.fsdecode(b"caf\xe9")  # Latin-1 names, as an old archive tool writes them
+    cafe.mkdir(parents=True)
+    (cafe / os.fsdecode(b"01_\xe9t\xe9.ipynb")).write_text("")
+    (submissions / "zoe").mkdir()
+    (submissions / "zoe" / "01_empty.ipynb").write_text("")
+    command = [sys.executable, "-m", "course_utils.grade", str(submissions), "--out", str(out)]
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}  # a UTF-8 terminal
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    rows = _gradebook(out)
+    assert list(rows) == ["caf\\xe9", "zoe"]
+    assert rows["caf\\xe9"]["notebook problems"] == "01_\\xe9t\\xe9.ipynb: not a notebook"
+    assert "| 01_\\xe9t\\xe9.ipynb | (notebook) | **not a notebook** |" in (out / "caf\\xe9" / "grade.md").read_text()
+    assert "01_empty.ipynb" in (out / "zoe" / "grade.md").read_text()
+
+
+def test_a_learner_without_lesson_notebooks_has_a_row_that_says_so(tmp_path):
+    submissions, out = tmp_path / "submissions", tmp_path / "report"
+    (submissions / "ana").mkdir(parents=True)
+    (submissions / "ana" / "01_empty.ipynb").write_text("")
+    save(submissions / "ben", "lesson1.ipynb", lesson(RIGHT))  # not named NN_*.ipynb
+    save(submissions / "ben" / "notebooks", "01_right.ipynb", lesson(RIGHT))  # one folder too deep
+    (submissions / "cleo").mkdir()
+    (submissions / "dan").symlink_to("dan")
+    (submissions / ".ipynb_checkpoints").mkdir()  # JupyterLab's, not a learner
+    assert main([str(submissions), "--out", str(out)]) == 1
+    rows = _gradebook(out)
+    assert list(rows) == ["ana", "ben", "cleo", "dan"]
+    assert rows["ben"]["notebook problems"] == (
+        "no lesson notebooks (NN_*.ipynb) in it; it has lesson1.ipynb, notebooks/01_right.ipynb"
+    )
+    assert rows["cleo"]["notebook problems"] == "no lesson notebooks (NN_*.ipynb) in it"
+    assert rows["dan"]["notebook problems"] == (
+        "dan is a symbolic link loop (it leads back to itself), not a folder of notebooks"
+    )
+    assert "**no lesson notebooks**" in (out / "ben" / "grade.md").read_text()

@@ -1,9 +1,13 @@
 """`make progress` reads saved notebooks without running them: statuses, what it skips, and its speed."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
+import nbformat
+import pytest
 from nbformat.v4 import new_code_cell
 
 from course_utils.progress import notebook_progress, progress_table
@@ -93,3 +97,75 @@ def test_make_progress_is_fast_and_reads_the_course(tmp_path):
     )
     assert done.returncode == 0 and "scaled_dot_product_attention" in done.stdout
     assert "import torch" not in (ROOT / "course_utils" / "progress.py").read_text()  # stays well under 2 s
+
+
+def _damaged(nb, change):
+    """The notebook's JSON after ``change(cells)``: still valid JSON, no longer a valid notebook."""
+    data = json.loads(nbformat.writes(nb))
+    change(data["cells"])
+    return json.dumps(data)
+
+
+def test_progress_names_a_damaged_cell_and_keeps_the_table(tmp_path):
+    passed = printed("PASSED [causal_mask] ok")
+    save(tmp_path, "01_good.ipynb", lesson(RIGHT, outputs=passed, counts=[1, 2]))
+    damaged = {
+        "02_metadata": (lambda cells: cells[1].update(metadata=None), "cell 1, which is damaged: its metadata is null"),
+        "03_output": (
+            lambda cells: cells[2].update(outputs=["PASSED [causal_mask] ok"]),
+            'cell 2, which is damaged: an output is "PASSED [causal_mask] ok", not a mapping',
+        ),
+        "04_data": (
+            lambda cells: cells[2]["outputs"][0].update(data=None),
+            "cell 2, which is damaged: an output's data is null, not a mapping",
+        ),
+    }
+    for name, (change, _) in damaged.items():
+        (tmp_path / f"{name}.ipynb").write_text(_damaged(lesson(RIGHT, outputs=passed, counts=[1, 2]), change))
+    table = progress_table(tmp_path)
+    # 01 passed; 02 has no readable exercise cell; 03 and 04 lost their check's output
+    assert "1 of 3 exercises passed" in table and "not run yet: 2" in table, table
+    for name, (_, why) in damaged.items():
+        assert f"! {name}.ipynb: skipped {why}" in table, table
+    done = subprocess.run(
+        [sys.executable, "course_utils/progress.py", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "1 of 3 exercises passed" in done.stdout
+
+
+def test_progress_says_what_a_link_that_leads_nowhere_is(tmp_path):
+    save(tmp_path, "01_good.ipynb", lesson(RIGHT, outputs=printed("PASSED [causal_mask] ok"), counts=[1, 2]))
+    (tmp_path / "02_loop.ipynb").symlink_to("02_loop.ipynb")
+    (tmp_path / "03_gone.ipynb").symlink_to("elsewhere.ipynb")
+    table = progress_table(tmp_path)
+    assert "! 02_loop.ipynb: skipped, it is a symbolic link loop (it leads back to itself)" in table, table
+    assert "! 03_gone.ipynb: skipped, it is a symbolic link to elsewhere.ipynb, which does not exist" in table
+    assert "folder" not in table and "1 of 1 exercises passed" in table
+
+
+def test_progress_shows_a_file_name_that_is_not_utf8(tmp_path):
+    nb = lesson(RIGHT, outputs=printed("PASSED [causal_mask] ok"), counts=[1, 2])
+    (tmp_path / os.fsdecode(b"01_caf\xe9.ipynb")).write_text(nbformat.writes(nb))  # "café" in Latin-1
+    save(tmp_path, "02_next.ipynb", lesson(STUB))
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}  # a UTF-8 terminal
+    done = subprocess.run(
+        [sys.executable, "course_utils/progress.py", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "01_caf\\xe9 " in done.stdout and "02_next " in done.stdout and "1 of 2 exercises passed" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_make_progress_reads_a_folder_whose_name_has_a_space(tmp_path):
+    folder = tmp_path / "my notebooks"
+    save(folder, "01_good.ipynb", lesson(RIGHT, outputs=printed("PASSED [causal_mask] ok"), counts=[1, 2]))
+    command = [
+        "make",
+        "--silent",
+        "--no-print-directory",
+        "progress",
+        f"NOTEBOOKS_DIR={folder}",
+        f"PY={sys.executable}",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "1 of 1 exercises passed" in done.stdout, done.stdout + done.stderr
