@@ -36,6 +36,7 @@ LA_NOT_CAUSAL = "your sums run over the whole sequence"
 LA_NO_PHI = "the feature map phi is missing"
 LA_SOFTMAX = "this is softmax attention"
 LA_RELU = "ReLU is not this exercise's feature map"
+LA_EXP_PHI = "exp is not this exercise's feature map"
 LA_WEIGHTS_OVER_QUERIES = "your weights sum to 1 over the queries"
 LA_NORMALISER_BEFORE_ADD = "your normaliser z did not include token t yet"
 
@@ -54,6 +55,7 @@ RS_TARGET_IS_KEY = "the target is the key"
 RS_SWAPPED_IDS = "key and value ids are swapped"
 RS_QUERIES_FIRST = "the queries come before the pairs"
 RS_NOT_A_PAIR = "return a pair (tokens, targets)"
+RS_IGNORE_INDEX = "the pairs' targets must be -100"
 
 
 # --------------------------------------------------------------------------- linear attention
@@ -151,6 +153,11 @@ def _linear_mistakes(q, k, v, description):
             f"{LA_SOFTMAX}: softmax over q . k / sqrt(d_k) is what linear attention replaces. Use phi(q) . phi(k) "
             f"as the weights, through the state S and normaliser z ({description}).",
             plain_softmax.to(dtype),
+        ),
+        (
+            f"{LA_EXP_PHI}: phi(x) = F.elu(x) + 1. exp(q) . exp(k) is a different kernel (and overflows for large "
+            f"inputs); elu + 1 is the linear-attention feature map of Katharopoulos et al. ({description}).",
+            _linear_oracle(q, k, v, phi_q=torch.exp, phi_k=torch.exp),
         ),
         (
             f"{LA_WEIGHTS_OVER_QUERIES} (a sum over dim -2, down a column of the T x T matrix). Output t divides by "
@@ -484,4 +491,22 @@ def check_recall_sequences(candidate):
             got = (tokens, targets)[index]
             expected = (expected_tokens, expected_targets)[index]
             named = [(message, _recall_oracle(keys, values, queries, **kwargs)[index]) for message, kwargs in mistakes]
-            diagnose(got, expected, named, what=what, atol=0, rtol=0, context=description)
+            try:
+                diagnose(got, expected, named, what=what, atol=0, rtol=0, context=description)
+            except KnownMistake:
+                raise
+            except Mistake:
+                if what == "targets":
+                    _other_ignore_value(got, expected, description)
+                raise
+
+
+def _other_ignore_value(got, expected, description):
+    """The pairs' targets all one number other than -100, the queries' right."""
+    pairs = expected == -100
+    filled = got[pairs]
+    if pairs.any() and (filled == filled[0]).all() and torch.equal(got[~pairs], expected[~pairs]):
+        raise KnownMistake(
+            f"{RS_IGNORE_INDEX}, cross_entropy's ignore_index; with {filled[0].item()} the loss would ask the model "
+            f"to predict that id at every pair ({description})."
+        )

@@ -98,6 +98,7 @@ LINEAR_MISTAKES = {
     "no phi": (lambda q, k, v: learner_linear(q, k, v, phi=False), ex.LA_NO_PHI),
     "softmax": (linear_as_softmax, ex.LA_SOFTMAX),
     "relu feature map": (lambda q, k, v: learner_linear(q, k, v, phi=F.relu), ex.LA_RELU),
+    "exp feature map": (lambda q, k, v: learner_linear(q, k, v, phi=torch.exp), ex.LA_EXP_PHI),
     "weights normalised over the queries": (linear_normalised_over_queries, ex.LA_WEIGHTS_OVER_QUERIES),
     "read before add, eps against 0/0": (
         lambda q, k, v: linear_in_steps(q, k, v, add_s="last", add_z="last", eps=1e-9),
@@ -208,12 +209,12 @@ def test_delta_rule_messages_name_only_their_mistake():
 
 
 def learner_sequences(keys, values, queries, leak=False, pair_targets=False, index_key=False, target_key=False,
-                      swap=False, queries_first=False):  # fmt: skip
+                      swap=False, queries_first=False, ignore=-100):  # fmt: skip
     B, P = keys.shape
     rows_tokens, rows_targets = [], []
     for b in range(B):
         seq = [[keys[b, i].item(), values[b, i].item()] for i in range(P)]
-        tgt = [values[b, i].item() if pair_targets else -100 for i in range(P)]
+        tgt = [values[b, i].item() if pair_targets else ignore for i in range(P)]
         asked, answers = [], []
         for j in queries[b].tolist():
             key = j if index_key else keys[b, j].item()
@@ -233,6 +234,8 @@ RECALL_MISTAKES = {
     "target is key": (lambda *a: learner_sequences(*a, target_key=True), ex.RS_TARGET_IS_KEY),
     "ids swapped": (lambda *a: learner_sequences(*a, swap=True), ex.RS_SWAPPED_IDS),
     "queries first": (lambda *a: learner_sequences(*a, queries_first=True), ex.RS_QUERIES_FIRST),
+    "pairs' targets -1": (lambda *a: learner_sequences(*a, ignore=-1), ex.RS_IGNORE_INDEX),
+    "pairs' targets 0": (lambda *a: learner_sequences(*a, ignore=0), ex.RS_IGNORE_INDEX),
 }
 
 
