@@ -46,6 +46,7 @@ __all__ = [
     "describe",
     "describe_arguments",
     "close",
+    "comparable",
     "generator",
     "expect_plain",
     "expect_same_dtype",
@@ -452,6 +453,11 @@ def expect_ids(got, device, what="output", context="", advice=""):
     if got.is_floating_point() or got.dtype == torch.bool:
         where = f" ({context})" if context else ""
         raise Mistake(f"the {what} {NOT_IDS}, but it is {got.dtype}{where}. {advice}".rstrip())
+
+
+def comparable(a, b):
+    """True if ``a`` is a dense tensor of ``b``'s shape on its device: one a checker can index like ``b``."""
+    return isinstance(a, torch.Tensor) and a.layout == torch.strided and a.device == b.device and a.shape == b.shape
 
 
 def close(a, b, atol=1e-5, rtol=1e-4):

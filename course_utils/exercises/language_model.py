@@ -20,6 +20,7 @@ from course_utils.exercises.checking import (
     Mistake,
     call,
     close,
+    comparable,
     describe,
     diagnose,
     expect_ids,
@@ -432,7 +433,7 @@ def _ties_broken(got, expected, top_k, case):
 
 def _not_minus_inf(got, expected, logits, temperature, case):
     """Excluded tokens filled with 0, -1e9 or another finite number instead of -inf."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+    if not comparable(got, expected):
         return
     excluded = ~torch.isfinite(expected)
     if not excluded.any() or not close(got[~excluded], expected[~excluded]):
@@ -448,7 +449,7 @@ def _not_minus_inf(got, expected, logits, temperature, case):
 
 def _top_p_one(got, expected, top_p, case):
     """top_p >= 1 keeps everything; a cumulative sum that rounds to 1 early drops the tail."""
-    if top_p is None or top_p < 1 or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+    if top_p is None or top_p < 1 or not comparable(got, expected):
         return
     dropped = int((torch.isinf(got) & torch.isfinite(expected)).sum())
     if dropped:
@@ -461,7 +462,7 @@ def _top_p_one(got, expected, top_p, case):
 
 def _kept_too_many(got, expected, case):
     """Name a result that keeps tokens the reference excludes (with the others right)."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+    if not comparable(got, expected):
         return
     kept, right = torch.isfinite(got), torch.isfinite(expected)
     extra = kept & ~right

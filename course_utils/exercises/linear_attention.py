@@ -19,6 +19,7 @@ from course_utils.exercises.checking import (
     Mistake,
     call,
     close,
+    comparable,
     diagnose,
     expect_ids,
     expect_tensor,
@@ -201,8 +202,7 @@ def _name_partial_mistake(got, partial_mistakes, dtype):
     atol, rtol = tolerance(dtype)
     for message, wrong in partial_mistakes:
         finite = torch.isfinite(wrong)
-        same_kind = isinstance(got, torch.Tensor) and got.shape == wrong.shape and got.device == wrong.device
-        if same_kind and finite.any() and close(got[finite], wrong[finite], atol, rtol):
+        if comparable(got, wrong) and finite.any() and close(got[finite], wrong[finite], atol, rtol):
             raise KnownMistake(message)
 
 
@@ -504,8 +504,10 @@ def check_recall_sequences(candidate):
 def _other_ignore_value(got, expected, description):
     """The pairs' targets all one number other than -100, the queries' right."""
     pairs = expected == -100
+    if not comparable(got, expected) or not pairs.any():
+        return
     filled = got[pairs]
-    if pairs.any() and (filled == filled[0]).all() and torch.equal(got[~pairs], expected[~pairs]):
+    if (filled == filled[0]).all() and torch.equal(got[~pairs], expected[~pairs]):
         raise KnownMistake(
             f"{RS_IGNORE_INDEX}, cross_entropy's ignore_index; with {filled[0].item()} the loss would ask the model "
             f"to predict that id at every pair ({description})."
