@@ -142,7 +142,7 @@ def filter_logits(logits, temperature=1.0, top_k=None, top_p=None):
     top_k: keep the k largest (all of them if k >= V), and every token tied with the k-th.
     top_p (nucleus sampling, Holtzman et al., 2020, "The Curious Case of Neural Text
     Degeneration"): keep the smallest set of most probable tokens whose probability reaches p,
-    the token that crosses p included, so at least one token is always kept; p >= 1 keeps every
+    the token that crosses p included, so at least one token is always kept; p = 1 keeps every
     token. Tokens of equal probability count in vocabulary order (the lower id first), so a tie
     at p keeps the lower ids. Both apply to the logits after the temperature. A kept token's
     value is its logit divided by the temperature, not renormalised: softmax renormalises over
