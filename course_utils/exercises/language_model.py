@@ -644,9 +644,13 @@ def _decode_oracle(model, prompt, steps):
 
 
 def _decode_wrong(model, prompt, steps, mistake):
-    """Greedy decoding with a cache, done wrong in one known way."""
+    """Greedy decoding with a cache, done wrong in one known way.
+
+    (One cache shared by every layer needs no recomputing: the model refuses it with an error
+    that names CACHE_SHARED, which call() reports.)
+    """
     layers = len(model.blocks)
-    caches = [lm.LayerCache()] * layers if mistake == "shared" else [lm.LayerCache() for _ in range(layers)]
+    caches = [lm.LayerCache() for _ in range(layers)]
     tokens, new_tokens = prompt, prompt
     with torch.no_grad():
         for _ in range(steps):
@@ -718,11 +722,6 @@ def check_decode_with_cache(candidate):
                 f"{CACHE_FRESH_EACH_STEP}: then each step sees only the tokens it is given. Make the caches once, "
                 f"before the loop; they fill up as the text grows. {case}",
                 "fresh",
-            ),
-            (
-                f"{CACHE_SHARED} ([LayerCache()] * layers is one object, listed {len(model.blocks)} times): each "
-                f"layer has keys and values of its own, so make one per block with a list comprehension. {case}",
-                "shared",
             ),
             (
                 f"{CACHE_FIRST_POSITION} (logits[:, 0]): the prediction of the next token is at the last position, "
