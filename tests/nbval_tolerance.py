@@ -84,6 +84,15 @@ def _texts(output):
             yield (kind, value)
 
 
+def sanitized(outputs, sanitize):
+    """A copy of outputs with sanitize (nbval's --nbval-sanitize-with patterns) applied to every text."""
+    outputs = copy.deepcopy(outputs)
+    for output in outputs:
+        for key, text in list(_texts(output)):
+            (output if key == "text" else output["data"])[key] = sanitize(text)
+    return outputs
+
+
 def text_pairs(test, ref):
     """(fresh text, stored text, setter) for outputs that line up (same position, type and kinds)."""
     if len(test) != len(ref):
