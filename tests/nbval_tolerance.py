@@ -150,12 +150,18 @@ def spread(test, ref):
     }
 
 
+def first_line(source):
+    """The cell's first line that is not an nbval marker: how data/nbval_spread.json names a cell."""
+    lines = [line for line in source.strip().splitlines() if not re.match(r"\s*#\s*NBVAL_", line)]
+    return lines[0][:80] if lines else ""
+
+
 def record(path, notebook, cell_num, source, tolerance, test, ref):
     """Append one cell's spread as a JSON line (several pytest workers append to the same file)."""
     line = {
         "notebook": notebook,
         "cell": cell_num,
-        "first_line": source.strip().splitlines()[0][:80] if source.strip() else "",
+        "first_line": first_line(source),
         "tolerance": str(tolerance) if tolerance else None,
         **spread(test, ref),
     }
