@@ -99,6 +99,19 @@ def test_licence_covers_code_and_lessons_and_the_readme_says_so():
     assert "MIT" in README and "CC BY 4.0" in README
 
 
+def test_sources_are_named_as_sources_not_by_file_name():
+    # the course's sources are "the slides", "the article", "the notes on visualising"; in a lesson "seed" is a random seed
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    texts = [p for p in tracked.splitlines() if p.endswith((".py", ".md", ".ipynb"))]
+    found = [
+        f"{path}:{n}"
+        for path in texts
+        for n, line in enumerate((ROOT / path).read_text().splitlines(), 1)
+        if re.search(r"seed[ _]?00\d", line, re.IGNORECASE)
+    ]
+    assert not found, f"these lines name a source by its file name (seed 00N); name it as a source instead: {found}"
+
+
 @pytest.mark.parametrize("nb_path", lesson_notebooks(), ids=lambda p: p.name)
 def test_notebooks_are_committed_without_stderr(nb_path):
     nb = nbformat.read(nb_path, as_version=4)
