@@ -39,7 +39,7 @@ def assert_caught(exercise_id, candidate, phrase, not_phrases=()):
 
 def split_reference_style(x, num_heads):
     b, s, d = x.shape
-    return x.view(b, s, num_heads, d // num_heads).transpose(1, 2)  # seed 001's view + transpose
+    return x.view(b, s, num_heads, d // num_heads).transpose(1, 2)  # the article's view + transpose
 
 
 def split_unflatten(x, num_heads):
@@ -180,7 +180,7 @@ def test_combine_heads_stub():
 
 
 class Learner(nn.Module):
-    """A correct learner solution, written in the slides' style (seed 000)."""
+    """A correct learner solution, written in the slides' style."""
 
     qkv_bias = False
 
@@ -232,7 +232,7 @@ class MinusOneE9(Learner):
     def compute_attention(self, query, key, value, mask=None):
         scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)
         if mask is not None:
-            scores = scores.masked_fill(mask == 0, -1e9)  # seed 001's choice
+            scores = scores.masked_fill(mask == 0, -1e9)  # the article's choice
         return torch.softmax(scores, dim=-1) @ value
 
 
@@ -278,8 +278,8 @@ class UsesCourseFunctions(nn.Module):
         return self.output_linear(combine_heads(context))
 
 
-class Seed001Style(nn.Module):
-    """The article's class (seed 001) with the contract's attribute names: biases everywhere, view + transpose."""
+class ArticleStyle(nn.Module):
+    """The article's class with the contract's attribute names: biases everywhere, view + transpose."""
 
     def __init__(self, d_model, num_heads):
         super().__init__()
@@ -314,7 +314,7 @@ class Seed001Style(nn.Module):
         PyTorchSDPA,
         ReshapeNotView,
         UsesCourseFunctions,
-        Seed001Style,
+        ArticleStyle,
     ],
     ids=lambda c: c.__name__,
 )
@@ -450,7 +450,7 @@ class ReturnsHeads(Learner):
 
 
 class SeedNames(nn.Module):
-    """Seed 001's attribute names: the checker cannot find query_linear."""
+    """The article's attribute names: the checker cannot find query_linear."""
 
     def __init__(self, d_model, num_heads):
         super().__init__()

@@ -80,6 +80,14 @@ def test_lesson_conventions(nb_path):
                 )
 
 
+def test_sections_are_numbered_in_order(nb_path):
+    # "## 1.", "## 2.", ...: a learner told "section 5" must find it, so no number is skipped or repeated
+    nb = nbformat.read(nb_path, as_version=4)
+    markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    numbers = [int(n) for source in markdown for n in re.findall(r"^## (\d+)\.", source, re.MULTILINE)]
+    assert numbers == list(range(1, len(numbers) + 1)), f"{nb_path.name}: sections numbered {numbers}"
+
+
 def test_exercise_stubs_are_unsolved(nb_path):
     """Learner notebooks keep the stubs; later cells use course_utils' reference."""
     nb = nbformat.read(nb_path, as_version=4)
