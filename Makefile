@@ -65,7 +65,7 @@ test-notebooks: install
 # Every notebook under nbval once per perturbation of floating-point order this CPU can produce (PyTorch's
 # kernels, MKL's and oneDNN's code paths, two threads): each must pass with the cells' NBVAL_TOLERANCE, and
 # the table of how far each cell moved is printed (scripts/perturbed_runs.py; about 8 runs of 2-4 min;
-# CI runs it after make test). SPREAD=1 also stores the spreads in data/nbval_spread.json (CONTRIBUTING.md).
+# CI runs it after make test). SPREAD=1 also stores the spreads in tests/nbval_spread.json (CONTRIBUTING.md).
 test-perturbed: install
 	$(PY) scripts/perturbed_runs.py $(if $(SPREAD),--write-spread)
 
@@ -136,7 +136,7 @@ lock: install
 	$(PY) scripts/lock_requirements.py $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
 # Retrain lesson 10's language model (three seeds side by side, about 3 min of CPU each); writes
-# data/language_model_*. The other lessons' longer runs: scripts/*.py, each writing its data/ file.
+# course_utils/data/language_model_*. The other lessons' longer runs: scripts/*.py, each writing its file there.
 train-lm: install
 	OMP_NUM_THREADS=1 $(PY) scripts/train_language_model.py
 
