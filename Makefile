@@ -19,9 +19,9 @@ TORCH_INDEX_URL ?=
 TORCH_PIN := $(shell grep -m1 '^torch==' requirements.txt)
 
 $(STAMP): requirements.txt
-	@$(PYTHON) course_utils/bootstrap.py python
+	@$(PYTHON) course_utils/tools/bootstrap.py python
 	@# a .venv left half-made by an interrupted install, or made by an unsuitable Python, is rebuilt
-	@$(PYTHON) course_utils/bootstrap.py venv $(VENV) || { echo "Rebuilding $(VENV) from scratch."; rm -rf $(VENV); }
+	@$(PYTHON) course_utils/tools/bootstrap.py venv $(VENV) || { echo "Rebuilding $(VENV) from scratch."; rm -rf $(VENV); }
 	rm -f $(VENV)/.installed-*
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# PyTorch WITH its dependencies (a CUDA build needs its CUDA libraries), held to the pins
@@ -79,12 +79,12 @@ browser:
 
 # Learners: my exercises, from the saved notebooks (nothing is run; save the notebook first)
 progress:
-	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/progress.py "$(NOTEBOOKS_DIR)"
+	@$(if $(wildcard $(PY)),$(PY),python3) -m course_utils.tools.progress "$(NOTEBOOKS_DIR)"
 
 # What is wrong with this machine for the course, and the fix for each (paste it into bug reports);
 # runs with .venv's Python when there is one, so it also works when the install is broken
 doctor:
-	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/doctor.py
+	@$(if $(wildcard $(PY)),$(PY),python3) -m course_utils.tools.doctor
 
 # Instructors and CI: run copies of the notebooks in NOTEBOOKS_DIR (or of each learner's folder in it),
 # check every exercise, write artifacts/grade/ (grade.md, grade.json, gradebook.csv); exit 1 unless all
@@ -92,7 +92,7 @@ doctor:
 NOTEBOOKS_DIR ?= notebooks
 GRADE_TIME_LIMIT ?= 300
 grade: install
-	$(PY) -m course_utils.grade "$(NOTEBOOKS_DIR)" --time-limit $(GRADE_TIME_LIMIT) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
+	$(PY) -m course_utils.tools.grade "$(NOTEBOOKS_DIR)" --time-limit $(GRADE_TIME_LIMIT) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
 
 # Re-execute every notebook in place, in order, each in a fresh kernel (how `test` checks them)
 execute: install

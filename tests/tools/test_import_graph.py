@@ -71,7 +71,7 @@ def find_cycle(graph):
 
 def test_course_utils_has_no_import_cycle():
     graph = import_graph(ROOT / "course_utils")
-    assert len(graph) > 40 and "course_utils.exercises.checking" in graph  # the walk reaches the subpackages
+    assert len(graph) > 40 and "course_utils.tools.grade" in graph  # the walk reaches the subpackages
     cycle = find_cycle(graph)
     assert cycle is None, (
         f"import cycle: {' -> '.join(cycle)}. Break it without hiding it in a function: move what both "

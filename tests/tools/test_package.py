@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from course_utils.bootstrap import NEWEST_MINOR, OLDEST
+from course_utils.tools.bootstrap import NEWEST_MINOR, OLDEST
 from tests.unit.test_toy import SLIDE_ORANGE_ROW
 
 ROOT = Path(__file__).resolve().parents[2]
