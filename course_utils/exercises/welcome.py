@@ -3,7 +3,7 @@
 import torch
 
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_like
 from course_utils.softmax import normalise_scores
 
 
@@ -35,8 +35,7 @@ def check_normalise_scores(candidate):
                 ) from None
             raise
         expected = normalise_scores(scores)
-        expect_tensor(got, dtype=scores.dtype, what="weights")
-        expect_plain(got, scores.device, "weights")
+        expect_like(got, scores, "weights")
         diagnose(
             got,
             expected,
