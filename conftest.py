@@ -22,7 +22,9 @@ def _compare_outputs_within_tolerance(self, test, ref, skip_compare=None):
     """nbval's comparison without stderr; a cell marked NBVAL_TOLERANCE compares its numbers within it."""
     from tests import nbval_tolerance
 
-    test, ref = _without_stderr(test), _without_stderr(ref)
+    # sanitized first (addresses, view ids, ...), as nbval compares them; sanitizing twice changes nothing
+    test = nbval_tolerance.sanitized(_without_stderr(test), self.sanitize)
+    ref = nbval_tolerance.sanitized(_without_stderr(ref), self.sanitize)
     source = self.cell.get("source", "")
     try:
         tolerance = nbval_tolerance.parse(source)

@@ -387,6 +387,13 @@ def layer_caches(caches, num_blocks, cache_class):
         raise TypeError(f"caches must be a list of {name}, one per block ({num_blocks}), got {got}")
     if len(caches) != num_blocks:
         raise ValueError(f"give one {name} per block ({num_blocks}), got {len(caches)}")
+    if len({id(c) for c in caches}) < num_blocks:
+        # one object in several places: every layer would append its keys to the others' and read them all
+        raise ValueError(
+            f"every layer shares one cache: caches lists the same {name} object more than once "
+            f"([{name}()] * {num_blocks} is one object listed {num_blocks} times); each layer has keys and "
+            f"values of its own, so make one per block: [{name}() for _ in model.blocks]"
+        )
 
 
 def token_ids(ids, name, vocab_size=None, min_len=1):

@@ -1,4 +1,4 @@
-"""Scoring attention heads for the patterns of lesson 06 (seed 003).
+"""Scoring attention heads for the patterns of lesson 06 (as in the notes on visualising attention).
 
 Every score takes attention weights ``attn`` of shape [..., seq, seq] (for a
 whole model: [layers, heads, seq, seq]; row i = query token i, its weights over

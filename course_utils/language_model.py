@@ -146,11 +146,14 @@ def next_token_loss(logits, tokens):
 def filter_logits(logits, temperature=1.0, top_k=None, top_p=None):
     """Logits [..., V] -> the same shape, divided by ``temperature``, excluded tokens at -inf.
 
-    top_k: keep the k largest (all of them if k >= V). top_p (nucleus sampling, Holtzman et
-    al., 2020, "The Curious Case of Neural Text Degeneration"): keep the smallest set of most
-    probable tokens whose probability reaches p, the token that crosses p included, so at
-    least one token is always kept. Both apply to the logits after the temperature. Kept
-    logits are not changed: softmax renormalises over the kept tokens by itself.
+    top_k: keep the k largest (all of them if k >= V), and every token tied with the k-th.
+    top_p (nucleus sampling, Holtzman et al., 2020, "The Curious Case of Neural Text
+    Degeneration"): keep the smallest set of most probable tokens whose probability reaches p,
+    the token that crosses p included, so at least one token is always kept; p = 1 keeps every
+    token. Tokens of equal probability count in vocabulary order (the lower id first), so a tie
+    at p keeps the lower ids. Both apply to the logits after the temperature. A kept token's
+    value is its logit divided by the temperature, not renormalised: softmax renormalises over
+    the kept tokens by itself.
     """
     top_k = _validate.filter_inputs(logits, temperature, top_k, top_p)
     logits = logits / temperature
@@ -159,7 +162,7 @@ def filter_logits(logits, temperature=1.0, top_k=None, top_p=None):
         logits = logits.masked_fill(logits < kth_largest, float("-inf"))  # ties with the k-th are kept
     if top_p is not None and top_p < 1:  # p = 1 keeps everything (cumulative sums may round past 1)
         probs = logits.softmax(dim=-1)
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)  # ties: the lower id first
         # mass of the tokens *before* each one: a token is kept if that mass is still below p,
         # so the token that crosses p is kept, and so is the most probable one (mass 0 before it)
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs

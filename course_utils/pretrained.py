@@ -221,7 +221,7 @@ class PretrainedEncoder(nn.Module):
             dropout=config.hidden_dropout,
             norm_first=False,  # BERT is post-norm: add, then normalise
             layer_norm_eps=config.layer_norm_eps,
-            qkv_bias=True,  # BERT's Q/K/V projections have biases (seed 001's variant)
+            qkv_bias=True,  # BERT's Q/K/V projections have biases (the article's variant)
         )
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
         self.tokenizer = None  # set by load_model

@@ -76,7 +76,9 @@ def run(name, env_changes):
     spread = OUT / f"{name}.jsonl"
     spread.unlink(missing_ok=True)
     env = {**os.environ, **ONE_THREAD, **env_changes}
-    command = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadscope", "--nbval", "--nbval-current-env"]
+    # two workers of two threads each on two cores run up to 10x slower, and timings go wild: one worker then
+    workers = "1" if int(env["OMP_NUM_THREADS"]) > 1 else "2"
+    command = [sys.executable, "-m", "pytest", "-n", workers, "--dist", "loadscope", "--nbval", "--nbval-current-env"]
     command += ["--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-cell-timeout", "300"]
     command += ["--nbval-spread", str(spread), "-q", "-p", "no:cacheprovider", "notebooks"]
     print(f"== {name}: {' '.join(f'{k}={v}' for k, v in env_changes.items()) or 'no change'}", flush=True)

@@ -84,6 +84,15 @@ def _texts(output):
             yield (kind, value)
 
 
+def sanitized(outputs, sanitize):
+    """A copy of outputs with sanitize (nbval's --nbval-sanitize-with patterns) applied to every text."""
+    outputs = copy.deepcopy(outputs)
+    for output in outputs:
+        for key, text in list(_texts(output)):
+            (output if key == "text" else output["data"])[key] = sanitize(text)
+    return outputs
+
+
 def text_pairs(test, ref):
     """(fresh text, stored text, setter) for outputs that line up (same position, type and kinds)."""
     if len(test) != len(ref):
@@ -141,12 +150,18 @@ def spread(test, ref):
     }
 
 
+def first_line(source):
+    """The cell's first line that is not an nbval marker: how data/nbval_spread.json names a cell."""
+    lines = [line for line in source.strip().splitlines() if not re.match(r"\s*#\s*NBVAL_", line)]
+    return lines[0][:80] if lines else ""
+
+
 def record(path, notebook, cell_num, source, tolerance, test, ref):
     """Append one cell's spread as a JSON line (several pytest workers append to the same file)."""
     line = {
         "notebook": notebook,
         "cell": cell_num,
-        "first_line": source.strip().splitlines()[0][:80] if source.strip() else "",
+        "first_line": first_line(source),
         "tolerance": str(tolerance) if tolerance else None,
         **spread(test, ref),
     }

@@ -46,6 +46,7 @@ __all__ = [
     "describe",
     "describe_arguments",
     "close",
+    "comparable",
     "generator",
     "expect_plain",
     "expect_same_dtype",
@@ -53,6 +54,8 @@ __all__ = [
     "expect_ids",
     "NOT_IDS",
     "LOW_PRECISION_TOLERANCE",
+    "FLOAT32_PRECISION",
+    "tolerance",
     "OTHER_DEVICE",
     "RETURNED_A_TUPLE",
     "RETURNED_NONE",
@@ -420,6 +423,14 @@ def expect_plain(got, device, what="output"):
 # (atol, rtol) for comparing float16 and bfloat16 results: about 3 and 2 correct digits
 LOW_PRECISION_TOLERANCE = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}
 
+FLOAT32_PRECISION = "right only to float32's precision"
+
+
+def tolerance(dtype, atol=1e-5, rtol=1e-4):
+    """(atol, rtol) for a result computed in ``dtype``. float64 keeps about 16 digits and float32 about 7:
+    a float64 case is compared a million times tighter, so float32 arithmetic inside it shows."""
+    return (atol * 1e-6, rtol * 1e-6) if dtype == torch.float64 else (atol, rtol)
+
 
 _DTYPE_ADVICE = (
     "Something in your code made a tensor of another dtype (torch.tensor(...), torch.zeros(...) without dtype=, "
@@ -450,6 +461,11 @@ def expect_ids(got, device, what="output", context="", advice=""):
         raise Mistake(f"the {what} {NOT_IDS}, but it is {got.dtype}{where}. {advice}".rstrip())
 
 
+def comparable(a, b):
+    """True if ``a`` is a dense tensor of ``b``'s shape on its device: one a checker can index like ``b``."""
+    return isinstance(a, torch.Tensor) and a.layout == torch.strided and a.device == b.device and a.shape == b.shape
+
+
 def close(a, b, atol=1e-5, rtol=1e-4):
     """True if ``a`` is a dense tensor of ``b``'s shape, on its device, with the same values (NaN equals NaN),
     whatever the dtypes. Anything else is never close, so a comparison cannot fail inside the checker."""
@@ -473,11 +489,15 @@ def randn(g, *shape, scale=1.0, dtype=torch.float32):
     return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
 
 
-def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e-4, context="", nonfinite_advice=None):
+def diagnose(
+    got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e-4, context="", nonfinite_advice=None, dtype=None
+):
     """Pass if ``got`` matches ``expected``; otherwise name the mistake it matches.
 
     known_mistakes: (message, tensor the mistake would produce) pairs.
     nonfinite_advice: what to say when the output has NaN/inf that the reference has not.
+    dtype: the inputs' dtype, if the tolerance depends on it: a float64 case is compared at
+    ``tolerance(dtype, atol, rtol)``, and a result right only to float32's precision is named.
     A float64 output where the reference is float32 is a mistake of its own; so is an output
     that is not a dense tensor on the reference's device, or has another dtype than a
     reference that is not float64.
@@ -489,11 +509,20 @@ def diagnose(got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e
     expect_plain(got, expected.device, f"{what}{where}")
     if expected.dtype != torch.float64:  # a float64 reference is an oracle for any floating dtype
         expect_same_dtype(got, expected.dtype, what, context)
+    loose = atol, rtol
+    if dtype is not None:
+        atol, rtol = tolerance(dtype, atol, rtol)
     if close(got, expected, atol, rtol):
         return
     for message, wrong in known_mistakes:
         if close(got, wrong, atol, rtol):
             raise KnownMistake(message)
+    if close(got, expected, *loose):
+        raise KnownMistake(
+            f"your {what} is {FLOAT32_PRECISION}{where}: the inputs are {str(dtype).removeprefix('torch.')}, but part of your code computed in "
+            f"float32 (a .float(), or a tensor made without dtype=, such as torch.zeros(...) or torch.tensor(...)). "
+            f"Keep the inputs' dtype throughout: dtype=x.dtype, x.new_zeros(...), torch.zeros_like(x)."
+        )
     if not torch.isfinite(got).all() and torch.isfinite(expected).all():
         advice = nonfinite_advice or "large inputs overflow exp()? subtract the row maximum first."
         raise Mistake(f"your {what} contains NaN or inf where the reference has none{where}: {advice}")

@@ -241,6 +241,7 @@ def check_online_softmax(candidate):
             atol=atol,
             rtol=rtol,
             context=description,
+            dtype=x.dtype,
             nonfinite_advice=f"{OS_OVERFLOW} or 0/0 happened. Subtract the running maximum (start it at -inf) "
             "before exp(), and rescale the sum when the maximum changes.",
         )
@@ -478,6 +479,7 @@ def check_tiled_attention(candidate):
             atol=atol,
             rtol=rtol,
             context=description,
+            dtype=q.dtype,
             nonfinite_advice=f"{T_OVERFLOW} or 0/0 happened. Subtract the running maximum (start it at -inf, "
             "update it to max(m, block max)) before exp().",
         )

@@ -33,6 +33,7 @@ from course_utils.exercises.checking import (
     expect_same_dtype,
     expect_tensor,
     generator,
+    tolerance,
     torch_calls,
 )
 from course_utils.flash import block_backward, running_logsumexp
@@ -350,6 +351,7 @@ def check_running_logsumexp(candidate):
             atol=_LSE_TOLERANCE.get(scores.dtype, (1e-5, 1e-6))[0],
             rtol=_LSE_TOLERANCE.get(scores.dtype, (1e-5, 1e-6))[1],
             context=description,
+            dtype=scores.dtype,
             nonfinite_advice=f"{LSE_OVERFLOW} or log(0) happened. Subtract the running maximum (start it at "
             "-inf, update it to max(m, block max)) before exp(), and rescale the sum when the maximum changes.",
         )
@@ -578,11 +580,13 @@ def _unpack_block_result(got, expected, where):
 def _check_one_block(candidate, args, expected, where, atol):
     got = call(candidate, *args)
     got = _unpack_block_result(got, expected, where)
+    dtype = expected[0].dtype
+    tight = tolerance(dtype, atol)  # float64 blocks at float64 precision
     for index in (2, 0, 1):  # dv first: it needs P only; then dq and dk, which need dS
         name = ("dq_i", "dk_j", "dv_j")[index]
         expect_same_dtype(got[index], expected[index].dtype, name, where)
         expect_plain(got[index], expected[index].device, name)
-        if close(got[index], expected[index], atol=atol):
+        if close(got[index], expected[index], *tight):
             continue
         if close(got[index].transpose(-2, -1), expected[index], atol=atol):
             raise Mistake(
@@ -602,6 +606,7 @@ def _check_one_block(candidate, args, expected, where, atol):
             what=name,
             atol=atol,
             context=where,
+            dtype=dtype,
             nonfinite_advice=f"{BB_OVERFLOW}? Recompute P_ij = exp(S_ij - lse_i): S - lse <= 0, so it never overflows.",
         )
 

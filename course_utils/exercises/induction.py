@@ -34,6 +34,7 @@ NOT_NORMALISED = "you did not divide by the norms"
 ONE_NORM = "you divided by one norm only"
 LAYERS_SWAPPED = "your table is transposed"
 SPECTRAL = "you used another matrix norm"
+WEIGHTS_FROM_WRONG_LAYERS = "you took W_QK from layer 0 and W_OV from layer 1"
 
 
 # --------------------------------------------------------------------------- induction_scores
@@ -199,7 +200,7 @@ def check_induction_scores(candidate):
                     _padded(expected, counted),
                 )
             )
-        diagnose(got, expected, mistakes, what="scores [..., heads]", context=description)
+        diagnose(got, expected, mistakes, what="scores [..., heads]", context=description, dtype=weights.dtype)
         expect_same_dtype(got, weights.dtype, "scores", description)
         passed_heads.append(heads)
 
@@ -218,9 +219,10 @@ def _frobenius(m):
     return (m.double() ** 2).sum().sqrt()
 
 
-def _composition_oracle(model, reader_of, order="reader first", normalise="both"):
-    """[layer-1 heads, layer-0 heads] for one way of computing the score; the arguments plant mistakes."""
-    first, second = model.layers[0], model.layers[1]
+def _composition_oracle(model, reader_of, order="reader first", normalise="both", layers=(0, 1)):
+    """[layer-1 heads, layer-0 heads] for one way of computing the score; the arguments plant mistakes
+    (layers: the writer's layer, then the reader's)."""
+    first, second = model.layers[layers[0]], model.layers[layers[1]]
     table = torch.zeros(second.num_heads, first.num_heads, dtype=torch.float64)
     for r in range(second.num_heads):
         for w in range(first.num_heads):
@@ -289,6 +291,11 @@ def _composition_mistakes(model):
             f"{LAYERS_SWAPPED}: rows are the layer-1 heads (the readers), columns the layer-0 heads "
             f"(the writers); you put the layer-0 heads first.",
             right.T,
+        ),
+        (
+            f"{WEIGHTS_FROM_WRONG_LAYERS}: the reader is a layer-1 head, qk_matrix(model.layers[1], r), and the "
+            f"writer a layer-0 head, ov_matrix(model.layers[0], w); layer 0 writes before layer 1 reads.",
+            _composition_oracle(model, _qk, layers=(1, 0)),
         ),
     ]
 

@@ -16,12 +16,15 @@ import torch.nn.functional as F
 from course_utils import language_model as lm
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import (
+    KnownMistake,
     Mistake,
     call,
     close,
+    comparable,
     describe,
     diagnose,
     expect_ids,
+    expect_same_dtype,
     expect_tensor,
     generator,
     randn,
@@ -38,6 +41,9 @@ LOSS_NOT_SCALAR = "one number for the whole batch"
 LOSS_FLOAT = "return the loss as a tensor"
 LOSS_DETACHED = "your loss is cut off from the logits"
 LOSS_CLASSES_AXIS = "cross_entropy reads the classes from dim 1"
+LOSS_SUM_REDUCTION = "you summed over every prediction"
+LOSS_DIVIDED_BY_BT = "you divided by B * T"
+LOSS_UNSTABLE_LOG = "Use log_softmax"
 
 FILTER_TEMPERATURE_MULTIPLIED = "you multiplied by the temperature"
 FILTER_TOP_P_BEFORE_TEMPERATURE = "you chose the top-p tokens before applying the temperature"
@@ -50,6 +56,11 @@ FILTER_NOT_MINUS_INF = "excluded tokens must be -inf"
 FILTER_SMALLEST = "you kept the k smallest"
 FILTER_TOP_P_BEFORE_TOP_K = "you applied top-p before top-k"
 FILTER_NO_TEMPERATURE = "the temperature was ignored"
+FILTER_BOUNDARY = "the tokens before it already reach p"
+FILTER_TOP_P_TIES = "tokens of equal probability count in vocabulary order"
+FILTER_NOT_ASSIGNED = "masked_fill returns a new tensor"
+FILTER_TOP_P_ONE = "top_p=1.0 keeps every token"
+FILTER_KEPT_TOO_MANY = "you kept tokens that should be excluded"
 
 SAMPLE_GREEDY = "you took the most probable token"
 SAMPLE_GENERATOR = "your draws do not follow the generator"
@@ -83,7 +94,7 @@ def _ce(logits, tokens):
 
 
 def _loss_mistakes(logits, tokens, case):
-    v, t = logits.shape[-1], tokens.shape[1]
+    b, t, v = logits.shape
     probs = logits.double().softmax(dim=-1)
     classes_axis = []
     if t - 1 == v:  # then cross_entropy accepts [B, T - 1, V] and reads dim 1 (the positions) as the classes
@@ -118,6 +129,16 @@ def _loss_mistakes(logits, tokens, case):
             f"{LOSS_SUMMED} instead of averaging: the loss should be the mean over all B * (T - 1) predictions, "
             f"so it does not grow with the length. {case}",
             _loss_oracle(logits, tokens) * (t - 1),
+        ),
+        (
+            f"{LOSS_SUM_REDUCTION} (reduction='sum'): the loss is their mean, so it does not grow with the batch "
+            f"or the length; leave cross_entropy's default, reduction='mean'. {case}",
+            _loss_oracle(logits, tokens) * (b * (t - 1)),
+        ),
+        (
+            f"{LOSS_DIVIDED_BY_BT}: there are B * (T - 1) predictions, not B * T (the last position has no next "
+            f"token). Take the mean over the predictions, cross_entropy's default reduction. {case}",
+            _loss_oracle(logits, tokens) * (t - 1) / t,
         ),
         (
             f"{LOSS_OVER_VOCAB} (the mean of log-probabilities times one-hot targets divides by V = {v}): take "
@@ -187,15 +208,23 @@ def check_next_token_loss(candidate):
                 f"or numpy on the way. {case}"
             )
         expected = _loss_oracle(logits.detach(), tokens).to(logits.dtype)
+        expect_same_dtype(got, logits.dtype, "loss", description)
         diagnose(
             got.detach(),
             expected,
             _loss_mistakes(logits.detach(), tokens, case),
             what="loss",
-            atol=1e-5,
-            rtol=1e-4,
             context=description,
+            nonfinite_advice=_LOSS_NONFINITE,
+            dtype=logits.dtype,
         )
+
+
+_LOSS_NONFINITE = (
+    f"log(softmax(x)) is log(0) = -inf where a probability rounds to 0, and exp() of large scores overflows. "
+    f"{LOSS_UNSTABLE_LOG} (or F.cross_entropy on the raw logits), which computes log-probabilities as "
+    f"x - logsumexp(x) and never takes the log of a rounded 0."
+)
 
 
 # --------------------------------------------------------------------------- filter_logits
@@ -212,8 +241,13 @@ def _filter_row(
     crossing=True,
     smallest=False,
     p_before_k=False,
+    strict=False,
+    ties="lower id first",
 ):
-    """One row of filter_logits over Python floats; the keywords plant the mistakes."""
+    """One row of filter_logits over Python floats; the keywords plant the mistakes.
+
+    Tokens of equal probability count in vocabulary order; ties="higher id first" or "all kept" plant the
+    other rules, strict=True keeps a token whose mass before it equals p."""
     z = [x * temperature if multiply else x / temperature for x in row]
     v = len(z)
     keep = [True] * v
@@ -233,13 +267,17 @@ def _filter_row(
         top = max(scores[i] for i in kept)
         weights = {i: math.exp(scores[i] - top) for i in kept}
         total = sum(weights.values())
-        mass = 0.0
-        for i in sorted(kept, key=lambda i: (-weights[i], i)):
+        mass, group_mass, previous = 0.0, 0.0, None
+        order = -1 if ties == "higher id first" else 1
+        for i in sorted(kept, key=lambda i: (-weights[i], order * i)):
             p = weights[i] / total
-            if crossing:
-                keep[i] = mass < top_p
+            if weights[i] != previous:  # the first token of a group of equal probability
+                group_mass, previous = mass, weights[i]
+            before = group_mass if ties == "all kept" else mass
+            if not crossing:
+                keep[i] = before + p < top_p
             else:
-                keep[i] = mass + p < top_p
+                keep[i] = before <= top_p if strict else before < top_p
             mass += p
 
     if p_before_k:
@@ -263,6 +301,11 @@ def _filter_cases():
     # probabilities (about) 0.46, 0.25, 0.15, 0.09, 0.05: with p = 0.7 the second crosses 0.7 only at
     # temperature 1, the third at temperature 2; all cumulative sums stay clear of p
     nucleus = torch.tensor([[2.0, 1.4, 0.9, 0.4, -0.2], [-0.2, 0.4, 2.0, 0.9, 1.4]])
+    half, quarter, eighth = 0.0, -math.log(2), -2 * math.log(2)  # logits of probabilities 1/2, 1/4, 1/8
+    dyadic = torch.tensor([[eighth, half, quarter, eighth], [quarter, eighth, eighth, half]], dtype=torch.float64)
+    # probabilities (about) 0.31, 0.31, 0.11, 0.11, 0.11, 0.04 and 0.25 (four times), 0.01: p = 0.65 is crossed
+    # inside a group of equal probability, so the tie rule decides which of them stay
+    tied_at_p = torch.tensor([[1.0, 2.0, 1.0, 2.0, 0.0, 1.0], [3.0, 0.0, 3.0, 3.0, 3.0, 0.0]])
     return [
         ("temperature 0.5 only, logits [2, 6]", randn(g, 2, 6, scale=2.0), dict(temperature=0.5)),
         ("temperature 3.0 only, logits [7], float64", randn(g, 7, dtype=torch.float64), dict(temperature=3.0)),
@@ -273,6 +316,19 @@ def _filter_cases():
         ("top_p=0.7, temperature 2.0", nucleus, dict(temperature=2.0, top_p=0.7)),
         ("top_p=0.01: only the most probable token reaches it", randn(g, 3, 9), dict(top_p=0.01)),
         ("top_p=1.0: every token kept", randn(g, 2, 5), dict(top_p=1.0)),
+        (
+            "top_p=1.0 on a vocabulary of 32,000, float32 (its cumulative sum rounds to 1 before the end)",
+            randn(g, 4, 32_000, scale=3.0),
+            dict(top_p=1.0),
+        ),
+        (
+            "top_p=0.5 where the most probable token has probability exactly 0.5, float64",
+            dyadic,
+            dict(top_p=0.5),
+        ),
+        ("top_p=0.75, probabilities exactly 0.5, 0.25, 0.125, 0.125, float64", dyadic, dict(top_p=0.75)),
+        ("top_p=0.5 on 8 equal logits: 4 tokens reach it exactly", torch.zeros(2, 8), dict(top_p=0.5)),
+        ("top_p=0.65 crossed inside a group of equal probability", tied_at_p, dict(top_p=0.65)),
         (
             "top_p=0.8 on logits [2, 3, 10] (a batch of texts), temperature 0.7",
             randn(g, 2, 3, 10, scale=2.0),
@@ -287,66 +343,76 @@ def _filter_cases():
 
 
 def _filter_mistakes(logits, kwargs, expected, case):
-    mistakes = []
+    """(message, what the mistake returns) pairs, made one at a time: diagnose asks only when the answer is wrong."""
 
-    def add(message, **mistake):
-        mistakes.append((f"{message} {case}", _filter_oracle(logits, **kwargs, **mistake)))
+    def planted(message, **mistake):
+        return f"{message} {case}", _filter_oracle(logits, **kwargs, **mistake)
 
-    add(
+    yield planted(
         f"{FILTER_TEMPERATURE_MULTIPLIED}: divide the logits by it, so a temperature below 1 sharpens "
         f"the distribution and one above 1 flattens it.",
         multiply=True,
     )
-    add(
+    yield planted(
         f"{FILTER_TOP_P_BEFORE_TEMPERATURE}: divide by the temperature first, then pick the nucleus from "
         f"the softmax of the divided logits (the temperature changes which tokens reach p).",
         p_first=True,
     )
-    add(
+    yield planted(
         f"{FILTER_CROSSING_DROPPED}: keep a token while the probability of the tokens before it is still below "
         f"p (the token that makes the sum reach p is kept), so at least one token always stays.",
         crossing=False,
     )
-    add(f"{FILTER_SMALLEST}: top-k keeps the k largest logits (topk's default, largest=True).", smallest=True)
-    add(
+    yield planted(f"{FILTER_SMALLEST}: top-k keeps the k largest logits (topk's default, largest=True).", smallest=True)
+    yield planted(
+        f"you kept a token although {FILTER_BOUNDARY} (its mass before equals p): drop a token when "
+        f"mass_before >= p, not only when mass_before > p.",
+        strict=True,
+    )
+    for rule, advice in (
+        ("higher id first", "you kept the higher ids (a flipped ascending sort?)"),
+        ("all kept", "you kept every token tied with the one that crosses p"),
+    ):
+        yield planted(
+            f"{advice}: in top-p {FILTER_TOP_P_TIES} (the lower id first), so a tie at p keeps the lower ids: "
+            f"probs.sort(dim=-1, descending=True, stable=True).",
+            ties=rule,
+        )
+    yield planted(
         f"{FILTER_TOP_P_BEFORE_TOP_K}: apply the temperature, then top-k, then top-p on the tokens top-k kept.",
         p_before_k=True,
     )
+    unassigned = (
+        f"Note that {FILTER_NOT_ASSIGNED} and leaves `logits` as it was: write logits = logits.masked_fill(...) "
+        f"(masked_fill_ is the in-place one). {case}"
+    )
+    divided = logits / kwargs.get("temperature", 1.0)
+    yield f"no token was excluded. {unassigned}", divided
+    if kwargs.get("top_k") is not None and kwargs.get("top_p") is not None:
+        yield f"your top-k excluded no token. {unassigned}", _filter_oracle(logits, **{**kwargs, "top_k": None})
+        yield f"your top-p excluded no token. {unassigned}", _filter_oracle(logits, **{**kwargs, "top_p": None})
     if kwargs.get("temperature", 1.0) != 1.0:
         no_temperature = {**kwargs, "temperature": 1.0}
-        mistakes.append(
-            (
-                f"{FILTER_NO_TEMPERATURE}: divide the logits by it first. {case}",
-                _filter_oracle(logits, **no_temperature),
-            )
+        yield (
+            f"{FILTER_NO_TEMPERATURE}: divide the logits by it first. {case}",
+            _filter_oracle(logits, **no_temperature),
         )
     finite = torch.isfinite(expected)
     renormalised = expected.double().log_softmax(dim=-1).to(expected.dtype)
     if not close(renormalised, expected):
-        mistakes.append(
-            (
-                f"{FILTER_RENORMALISED} (log_softmax after the filter): return the divided logits "
-                f"unchanged, with -inf where a token is excluded; softmax renormalises over the kept "
-                f"tokens by itself when you sample. {case}",
-                renormalised,
-            )
+        yield (
+            f"{FILTER_RENORMALISED} (log_softmax after the filter): return the divided logits "
+            f"unchanged, with -inf where a token is excluded; softmax renormalises over the kept "
+            f"tokens by itself when you sample. {case}",
+            renormalised,
         )
     probs = expected.double().softmax(dim=-1).to(expected.dtype)
-    mistakes.append(
-        (
-            f"{FILTER_PROBABILITIES}: filter_logits returns logits (kept ones divided by the "
-            f"temperature, excluded ones -inf); the softmax comes later, in sample_next_token. {case}",
-            probs,
-        )
+    as_probabilities = (
+        f"{FILTER_PROBABILITIES}: filter_logits returns logits (kept ones divided by the "
+        f"temperature, excluded ones -inf); the softmax comes later, in sample_next_token. {case}"
     )
-    mistakes.append(
-        (
-            f"{FILTER_PROBABILITIES}: filter_logits returns logits (kept ones divided by the "
-            f"temperature, excluded ones -inf); the softmax comes later, in sample_next_token. {case}",
-            torch.where(finite, probs, torch.zeros_like(probs)),
-        )
-    )
-    return mistakes
+    yield as_probabilities, probs
+    yield as_probabilities, torch.where(finite, probs, torch.zeros_like(probs))
 
 
 def _ties_broken(got, expected, top_k, case):
@@ -365,15 +431,46 @@ def _ties_broken(got, expected, top_k, case):
         )
 
 
-def _not_minus_inf(got, expected, case):
+def _not_minus_inf(got, expected, logits, temperature, case):
     """Excluded tokens filled with 0, -1e9 or another finite number instead of -inf."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+    if not comparable(got, expected):
         return
     excluded = ~torch.isfinite(expected)
-    if excluded.any() and torch.isfinite(got[excluded]).all() and close(got[~excluded], expected[~excluded]):
+    if not excluded.any() or not close(got[~excluded], expected[~excluded]):
+        return
+    filled, divided = got[excluded], (logits / temperature)[excluded]
+    # one finite value everywhere, and not the tokens' own logits (that would be keeping them)
+    if torch.isfinite(filled).all() and (filled == filled[0]).all() and not close(filled, divided):
         raise Mistake(
             f"{FILTER_NOT_MINUS_INF}, so that softmax gives them probability exactly 0; you filled them "
-            f"with {got[excluded][0].item():.4g}. Use masked_fill(..., float('-inf')). {case}"
+            f"with {filled[0].item():.4g}. Use masked_fill(..., float('-inf')). {case}"
+        )
+
+
+def _top_p_one(got, expected, top_p, case):
+    """top_p >= 1 keeps everything; a cumulative sum that rounds to 1 early drops the tail."""
+    if top_p is None or top_p < 1 or not comparable(got, expected):
+        return
+    dropped = int((torch.isinf(got) & torch.isfinite(expected)).sum())
+    if dropped:
+        raise Mistake(
+            f"{FILTER_TOP_P_ONE}, but yours excluded {dropped} of {expected.numel()}: in float32 the cumulative sum "
+            f"of many small probabilities rounds to 1.0 before the last token, so mass_before >= 1.0 drops the "
+            f"tail. Skip top-p when top_p >= 1 (as top-k is skipped when k >= V). {case}"
+        )
+
+
+def _kept_too_many(got, expected, case):
+    """Name a result that keeps tokens the reference excludes (with the others right)."""
+    if not comparable(got, expected):
+        return
+    kept, right = torch.isfinite(got), torch.isfinite(expected)
+    extra = kept & ~right
+    if extra.any() and (kept | ~right).all() and close(got[right], expected[right]):
+        index = [int(i) for i in extra.nonzero()[0]]
+        raise Mistake(
+            f"{FILTER_KEPT_TOO_MANY}: {int(extra.sum())} in all, the first at index {index} (value "
+            f"{got[tuple(index)].item():.4g}); the tokens you kept otherwise are right. {case}"
         )
 
 
@@ -382,13 +479,16 @@ def _not_minus_inf(got, expected, case):
     solution=lm.filter_logits,
     hints=[
         "Three steps in this order: logits = logits / temperature; top-k keeps every token at least as large as "
-        "the k-th largest; top-p keeps the most probable tokens until their probability reaches p. Excluded "
-        "tokens get float('-inf'); kept ones are not changed.",
-        "top-k: `kth = logits.topk(k, dim=-1).values[..., -1:]`, then `logits.masked_fill(logits < kth, "
-        "float('-inf'))` (skip it when k >= V). top-p: sort the probabilities in descending order, "
+        "the k-th largest; top-p keeps the most probable tokens until their probability reaches p (tokens of "
+        "equal probability count in vocabulary order, the lower id first). Excluded tokens get float('-inf'); "
+        "a kept token keeps its logit divided by the temperature (no renormalising).",
+        "top-k: `kth = logits.topk(k, dim=-1).values[..., -1:]`, then `logits = logits.masked_fill(logits < kth, "
+        "float('-inf'))` (skip it when k >= V). top-p (skip it when p >= 1: in float32 a long cumulative sum "
+        "rounds to 1 before its end): sort the probabilities in descending order, "
         "`mass_before = sorted_probs.cumsum(-1) - sorted_probs`, drop where mass_before >= p.",
         "The drop mask is in sorted order: put it back with `drop = drop_sorted.scatter(-1, order, drop_sorted)` "
-        "(order from `probs.sort(dim=-1, descending=True)`), then `logits.masked_fill(drop, float('-inf'))`.",
+        "(order from `probs.sort(dim=-1, descending=True, stable=True)`: stable keeps tied tokens in vocabulary "
+        "order), then `logits = logits.masked_fill(drop, float('-inf'))`.",
     ],
 )
 def check_filter_logits(candidate):
@@ -404,11 +504,17 @@ def check_filter_logits(candidate):
                     f"logits.topk(k) fails when k > V, so skip top-k then (or use min(k, V)). {case}\n{error}"
                 ) from None
             raise
-        _not_minus_inf(got, expected, case)
+        _top_p_one(got, expected, kwargs.get("top_p"), case)
+        _not_minus_inf(got, expected, logits, kwargs.get("temperature", 1.0), case)
         _ties_broken(got, expected, kwargs.get("top_k"), case)
-        diagnose(
-            got, expected, _filter_mistakes(logits, kwargs, expected, case), what="filtered logits", context=description
-        )
+        mistakes = _filter_mistakes(logits, kwargs, expected, case)
+        try:
+            diagnose(got, expected, mistakes, what="filtered logits", context=description, dtype=logits.dtype)
+        except KnownMistake:
+            raise
+        except Mistake:
+            _kept_too_many(got, expected, case)
+            raise
 
 
 # --------------------------------------------------------------------------- sample_next_token
@@ -488,6 +594,13 @@ def check_sample_next_token(candidate):
             )
         if got.min() < 0 or got.max() >= logits.shape[-1]:
             raise Mistake(f"your ids should lie in 0..{logits.shape[-1] - 1}, got {describe(got)}. {case}")
+        other_seed = _draw(candidate, logits, kwargs, seed=1)
+        if isinstance(other_seed, torch.Tensor) and torch.equal(got, other_seed):  # by chance: never
+            raise Mistake(
+                f"{SAMPLE_GENERATOR}: generators seeded 0 and 1 gave the same {2 * draws} ids, so your draws ignore "
+                f"the generator they are given (a torch.manual_seed, or a generator of your own, inside the "
+                f"function?). Pass generator=generator to torch.multinomial and seed nothing yourself. {case}"
+            )
         expected_probs = _filter_oracle(base, **kwargs).double().softmax(dim=-1)
         frequencies, n = _frequencies(got, rows, logits.shape[-1])
         if (frequencies[expected_probs == 0] > 0).any():
@@ -495,21 +608,27 @@ def check_sample_next_token(candidate):
                 f"{SAMPLE_EXCLUDED} (probability 0 after top-k/top-p): sample from "
                 f"softmax(filter_logits(...)) with every argument passed on. {case}"
             )
-        tolerance = 5 * (expected_probs * (1 - expected_probs) / n).sqrt() + 1e-3  # five standard errors
-        if ((frequencies - expected_probs).abs() > tolerance).any():
-            unfiltered = base.double().softmax(dim=-1)
-            if ((frequencies - unfiltered).abs() <= 5 * (unfiltered * (1 - unfiltered) / n).sqrt() + 1e-3).all():
+        off = _standard_errors_off(frequencies, expected_probs, n)  # [kinds]
+        if (off > 5).any():
+            if (_standard_errors_off(frequencies, base.double().softmax(dim=-1), n) <= 5).all():
                 raise Mistake(
                     f"{SAMPLE_UNFILTERED}: these draws follow softmax(logits), ignoring the temperature "
                     f"(and top-k/top-p). Sample from softmax(filter_logits(logits, temperature, top_k, "
                     f"top_p)). {case}"
                 )
+            kind = int(off.argmax())
             raise Mistake(
-                f"{SAMPLE_WRONG_FREQUENCIES} the probabilities: for the first kind of row expected about "
-                f"{[round(p, 3) for p in expected_probs[0].tolist()]}, got "
-                f"{[round(f, 3) for f in frequencies[0].tolist()]} over {draws} draws. Does filter_logits pass "
-                f"its check? {case}"
+                f"{SAMPLE_WRONG_FREQUENCIES} the probabilities: for the {('first', 'second')[kind]} kind of row "
+                f"(logits {[round(x, 2) for x in base[kind].tolist()]}) expected about "
+                f"{[round(p, 3) for p in expected_probs[kind].tolist()]}, got "
+                f"{[round(f, 3) for f in frequencies[kind].tolist()]} over {draws} draws. {case}"
             )
+
+
+def _standard_errors_off(frequencies, probs, n):
+    """For each kind of row, its largest gap between frequency and probability, in standard errors; the
+    2e-4 added to each (a gap of 1e-3 at five of them) keeps a probability of 0 from making any gap count."""
+    return ((frequencies - probs).abs() / ((probs * (1 - probs) / n).sqrt() + 2e-4)).amax(dim=1)
 
 
 # --------------------------------------------------------------------------- decode_with_cache
@@ -525,9 +644,13 @@ def _decode_oracle(model, prompt, steps):
 
 
 def _decode_wrong(model, prompt, steps, mistake):
-    """Greedy decoding with a cache, done wrong in one known way."""
+    """Greedy decoding with a cache, done wrong in one known way.
+
+    (One cache shared by every layer needs no recomputing: the model refuses it with an error
+    that names CACHE_SHARED, which call() reports.)
+    """
     layers = len(model.blocks)
-    caches = [lm.LayerCache()] * layers if mistake == "shared" else [lm.LayerCache() for _ in range(layers)]
+    caches = [lm.LayerCache() for _ in range(layers)]
     tokens, new_tokens = prompt, prompt
     with torch.no_grad():
         for _ in range(steps):
@@ -599,11 +722,6 @@ def check_decode_with_cache(candidate):
                 f"{CACHE_FRESH_EACH_STEP}: then each step sees only the tokens it is given. Make the caches once, "
                 f"before the loop; they fill up as the text grows. {case}",
                 "fresh",
-            ),
-            (
-                f"{CACHE_SHARED} ([LayerCache()] * layers is one object, listed {len(model.blocks)} times): each "
-                f"layer has keys and values of its own, so make one per block with a list comprehension. {case}",
-                "shared",
             ),
             (
                 f"{CACHE_FIRST_POSITION} (logits[:, 0]): the prediction of the next token is at the last position, "

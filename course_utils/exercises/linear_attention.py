@@ -15,13 +15,17 @@ from course_utils import linear_attention, recall
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import (
     RETURNED_NONE,
+    KnownMistake,
     Mistake,
     call,
+    close,
+    comparable,
     diagnose,
     expect_ids,
     expect_tensor,
     generator,
     randn,
+    tolerance,
 )
 
 # Distinctive phrases, one per mistake (the tests look for them).
@@ -32,6 +36,10 @@ LA_PHI_ON_V = "you applied phi to the values"
 LA_NOT_CAUSAL = "your sums run over the whole sequence"
 LA_NO_PHI = "the feature map phi is missing"
 LA_SOFTMAX = "this is softmax attention"
+LA_RELU = "ReLU is not this exercise's feature map"
+LA_EXP_PHI = "exp is not this exercise's feature map"
+LA_WEIGHTS_OVER_QUERIES = "your weights sum to 1 over the queries"
+LA_NORMALISER_BEFORE_ADD = "your normaliser z did not include token t yet"
 
 DR_ADDITIVE = "you used the additive update"
 DR_BETA_WRONG_TERM = "beta multiplies the wrong term"
@@ -39,6 +47,7 @@ DR_KEYS_NOT_NORMALISED = "the keys are not normalised"
 DR_QUERIES_NOT_NORMALISED = "the queries are not normalised"
 DR_READ_BEFORE_UPDATE = "you read the output before the update"
 DR_NO_BETA = "beta is missing"
+DR_NORMALISED_OVER_TIME = "you normalised over the time axis"
 
 RS_ANSWER_LEAKED = "the queries show the answer"
 RS_TARGETS_ON_PAIRS = "the pairs have targets"
@@ -47,6 +56,7 @@ RS_TARGET_IS_KEY = "the target is the key"
 RS_SWAPPED_IDS = "key and value ids are swapped"
 RS_QUERIES_FIRST = "the queries come before the pairs"
 RS_NOT_A_PAIR = "return a pair (tokens, targets)"
+RS_IGNORE_INDEX = "the pairs' targets must be -100"
 
 
 # --------------------------------------------------------------------------- linear attention
@@ -145,7 +155,72 @@ def _linear_mistakes(q, k, v, description):
             f"as the weights, through the state S and normaliser z ({description}).",
             plain_softmax.to(dtype),
         ),
+        (
+            f"{LA_EXP_PHI}: phi(x) = F.elu(x) + 1. exp(q) . exp(k) is a different kernel (and overflows for large "
+            f"inputs); elu + 1 is the linear-attention feature map of Katharopoulos et al. ({description}).",
+            _linear_oracle(q, k, v, phi_q=torch.exp, phi_k=torch.exp),
+        ),
+        (
+            f"{LA_WEIGHTS_OVER_QUERIES} (a sum over dim -2, down a column of the T x T matrix). Output t divides by "
+            f"its own row's sum over the keys 0..t, phi(q_t) . z_t ({description}).",
+            ((scores / scores.sum(-2, keepdim=True)) @ v64).to(dtype),
+        ),
+        (
+            f"{LA_READ_BEFORE_ADD}: your numerator phi(q_t)^T S left token t out. Add phi(k_t) v_t^T to S "
+            f"first, then read it ({description}).",
+            ((before @ v_before) / scores.sum(-1, keepdim=True)).to(dtype),
+        ),
     ]
+
+
+def _linear_partial_mistakes(q, k, v, description):
+    """Mistakes that give 0/0 or x/0 somewhere: recognised where their own result is finite, since a learner's
+    code may turn those places into 0 or anything else (an eps in the denominator)."""
+    scores, v64, dtype = _causal_sums(q, k, v)
+    before, _, _ = _causal_sums(q, k, v, diagonal=-1)
+    return [
+        (
+            f"{LA_RELU}: phi(x) = F.elu(x) + 1. ReLU sets every negative feature to 0, so phi(q_t) . z_t can be 0 "
+            f"and the output 0/0; elu + 1 is positive everywhere ({description}).",
+            _linear_oracle(q, k, v, phi_q=F.relu, phi_k=F.relu),
+        ),
+        (
+            f"{LA_READ_BEFORE_ADD}: token t must see itself. Add phi(k_t) v_t^T to S and phi(k_t) to z first, "
+            f"then compute o_t ({description}).",
+            ((before @ v64) / before.sum(-1, keepdim=True)).to(dtype),
+        ),
+        (
+            f"{LA_NORMALISER_BEFORE_ADD} (you divided by phi(q_t) . z_(t-1), x/0 at t = 0): add phi(k_t) to z "
+            f"first, then divide ({description}).",
+            ((scores @ v64) / before.sum(-1, keepdim=True)).to(dtype),
+        ),
+    ]
+
+
+def _name_partial_mistake(got, partial_mistakes, dtype):
+    """Raise the first mistake whose result equals ``got`` wherever that result is finite."""
+    atol, rtol = tolerance(dtype)
+    for message, wrong in partial_mistakes:
+        finite = torch.isfinite(wrong)
+        if comparable(got, wrong) and finite.any() and close(got[finite], wrong[finite], atol, rtol):
+            raise KnownMistake(message)
+
+
+def _diagnose_with_partial(got, expected, mistakes, partial_mistakes, description, nonfinite_advice):
+    """diagnose, with dtype-aware tolerances; a generic failure is looked at once more for a partial mistake."""
+    try:
+        diagnose(got, expected, mistakes, context=description, nonfinite_advice=nonfinite_advice, dtype=expected.dtype)
+    except KnownMistake:
+        raise
+    except Mistake:
+        _name_partial_mistake(got, partial_mistakes, expected.dtype)
+        raise
+
+
+_LINEAR_NONFINITE = (
+    "a normaliser of 0 (0/0 gives NaN, x/0 inf)? With phi(x) = F.elu(x) + 1 every feature is positive, so "
+    "phi(q_t) . z_t > 0 once token t is in z."
+)
 
 
 @exercise(
@@ -165,20 +240,22 @@ def check_linear_attention_recurrent(candidate):
         expected = _linear_oracle(q, k, v)
         got = call(candidate, q, k, v)
         expect_tensor(got, dtype=q.dtype, what="output")
-        diagnose(got, expected, _linear_mistakes(q, k, v, description), atol=1e-5, rtol=1e-4, context=description)
+        mistakes = _linear_mistakes(q, k, v, description)
+        partial = _linear_partial_mistakes(q, k, v, description)
+        _diagnose_with_partial(got, expected, mistakes, partial, description, _LINEAR_NONFINITE)
 
 
 # --------------------------------------------------------------------------- delta rule
 
 
-def _delta_oracle(q, k, v, beta, *, normalise_q=True, normalise_k=True, rule="delta", read="after"):
+def _delta_oracle(q, k, v, beta, *, normalise_q=True, normalise_k=True, axis=-1, rule="delta", read="after"):
     """Oracle and variants, in float64: S_t = S_(t-1) (I - b k k^T) + b v k^T, with S [..., d_v, d_k]."""
     dtype = q.dtype
     q, k, v, beta = q.double(), k.double(), v.double(), beta.double()
     if normalise_q:
-        q = q / q.norm(dim=-1, keepdim=True)
+        q = q / q.norm(dim=axis, keepdim=True)
     if normalise_k:
-        k = k / k.norm(dim=-1, keepdim=True)
+        k = k / k.norm(dim=axis, keepdim=True)
     d_k = k.shape[-1]
     S = torch.zeros(*k.shape[:-2], v.shape[-1], d_k, dtype=torch.float64)
     eye = torch.eye(d_k, dtype=torch.float64)
@@ -272,7 +349,18 @@ def _delta_mistakes(q, k, v, beta, description):
             f"its own pair ({description}).",
             variant(read="before"),
         ),
+        (
+            f"{DR_NORMALISED_OVER_TIME} (dim -2, the tokens): each key and each query must have length 1 on "
+            f"its own, F.normalize(k, dim=-1) over the features ({description}).",
+            variant(axis=-2),
+        ),
     ]
+
+
+_DELTA_NONFINITE = (
+    "a norm of 0, or a state that grew without bound? F.normalize(x, dim=-1) gives unit keys and queries (and "
+    "never divides by 0), and with unit keys and beta in (0, 1) the update cannot grow."
+)
 
 
 @exercise(
@@ -293,8 +381,8 @@ def check_delta_rule(candidate):
         expected = _delta_oracle(q, k, v, beta)
         got = call(candidate, q, k, v, beta)
         expect_tensor(got, dtype=q.dtype, what="output")
-        diagnose(got, expected, _delta_mistakes(q, k, v, beta, description), atol=1e-5, rtol=1e-4,
-                 context=description)  # fmt: skip
+        diagnose(got, expected, _delta_mistakes(q, k, v, beta, description), context=description,
+                 nonfinite_advice=_DELTA_NONFINITE, dtype=q.dtype)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- recall sequences
@@ -403,4 +491,24 @@ def check_recall_sequences(candidate):
             got = (tokens, targets)[index]
             expected = (expected_tokens, expected_targets)[index]
             named = [(message, _recall_oracle(keys, values, queries, **kwargs)[index]) for message, kwargs in mistakes]
-            diagnose(got, expected, named, what=what, atol=0, rtol=0, context=description)
+            try:
+                diagnose(got, expected, named, what=what, atol=0, rtol=0, context=description)
+            except KnownMistake:
+                raise
+            except Mistake:
+                if what == "targets":
+                    _other_ignore_value(got, expected, description)
+                raise
+
+
+def _other_ignore_value(got, expected, description):
+    """The pairs' targets all one number other than -100, the queries' right."""
+    pairs = expected == -100
+    if not comparable(got, expected) or not pairs.any():
+        return
+    filled = got[pairs]
+    if (filled == filled[0]).all() and torch.equal(got[~pairs], expected[~pairs]):
+        raise KnownMistake(
+            f"{RS_IGNORE_INDEX}, cross_entropy's ignore_index; with {filled[0].item()} the loss would ask the model "
+            f"to predict that id at every pair ({description})."
+        )

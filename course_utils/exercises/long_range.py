@@ -211,7 +211,7 @@ def check_recurrent_forward(candidate):
                     _variant(x.transpose(0, 1), W_xh, W_hh, b, h0),
                 )
             )
-        diagnose(outputs, expected, mistakes, what="outputs", context=description)
+        diagnose(outputs, expected, mistakes, what="outputs", context=description, dtype=x.dtype)
         diagnose(
             h_last,
             expected_last,
@@ -221,6 +221,7 @@ def check_recurrent_forward(candidate):
             ],
             what="h_T",
             context=description,
+            dtype=x.dtype,
         )
 
 
@@ -235,6 +236,7 @@ G_LAST_POSITION = "you read the output at the last position"
 G_SQUARED = "you returned the squared norm"
 G_INPUTS_CHANGED = "you set requires_grad on the caller's inputs"
 G_SHAPE = "return one number per distance"
+G_NOT_A_TENSOR = "return the norms as one tensor"
 
 
 def _gradient_oracle(layer, inputs, distances, probe):
@@ -271,16 +273,14 @@ def _gradient_cases():
     ]  # fmt: skip
 
 
-def _as_tensor(got, dtype, description):
-    """A tensor [n], or a list of numbers / 0-d tensors turned into one."""
-    if (
-        isinstance(got, (list, tuple))
-        and got
-        and all(isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.numel() == 1) for v in got)
-    ):
-        return torch.tensor([float(v) for v in got], dtype=dtype)
+def _expect_one_tensor(got, description):
+    """The card asks for a tensor [len(distances)]: a list or tuple of norms is not one."""
+    if isinstance(got, (list, tuple)):
+        raise Mistake(
+            f"{G_NOT_A_TENSOR} [len(distances)], not a Python {type(got).__name__} ({description}): collect the "
+            f"0-d norms in a list and return torch.stack(norms), which keeps the inputs' dtype."
+        )
     expect_tensor(got, what=f"result ({description})")
-    return got
 
 
 _NORMS_AS_TENSORS = "Keep the norms as tensors (torch.stack) instead of Python floats turned into a new dtype."
@@ -308,7 +308,7 @@ def check_gradient_by_distance(candidate):
                 f"{G_INPUTS_CHANGED} ({description}): requires_grad_ and backward changed the tensor you were given. "
                 f"Work on a copy, x = inputs.detach().clone().requires_grad_(True), a fresh one for every t."
             )
-        got = _as_tensor(got, inputs.dtype, description)
+        _expect_one_tensor(got, description)
         grads = _gradient_oracle(layer, inputs, distances, probe)  # [n, B, T, d]
         expected = grads[:, 0, 0].norm(dim=-1)
         if got.dim() != 1 or got.numel() != len(distances):
@@ -352,4 +352,4 @@ def check_gradient_by_distance(candidate):
             ),
             (f"{G_SQUARED} ({description}): the size of a vector is its norm, x.grad[0, 0].norm().", expected**2),
         ]
-        diagnose(got.detach(), expected, mistakes, what="result", context=description, rtol=1e-3)
+        diagnose(got.detach(), expected, mistakes, what="result", context=description, rtol=1e-3, dtype=inputs.dtype)

@@ -21,7 +21,15 @@ import torch.nn.functional as F
 
 from course_utils import vision
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_same_dtype, expect_tensor, generator
+from course_utils.exercises.checking import (
+    FLOAT32_PRECISION,
+    Mistake,
+    call,
+    diagnose,
+    expect_same_dtype,
+    expect_tensor,
+    generator,
+)
 
 # Distinctive phrases, one per mistake (the tests look for them).
 P_STRIPS = "your patches are strips, not squares"
@@ -153,7 +161,7 @@ def _cases():
         ("1 image with 2 channels, 12x6 pixels, patch_size=3", torch.randn(1, 2, 12, 6, generator=g), 3),
         ("2 RGB 6x6 images, patch_size=6 (one patch)", torch.randn(2, 3, 6, 6, generator=g), 6),
         ("2 RGB 4x6 images, patch_size=2", torch.randn(2, 3, 4, 6, generator=g), 2),
-        ("2 RGB 8x4 images in float64, patch_size=2", torch.randn(2, 3, 8, 4, generator=g).double(), 2),
+        ("2 RGB 8x4 images in float64, patch_size=2", torch.randn(2, 3, 8, 4, generator=g, dtype=torch.float64), 2),
         ("1 grey 4x8 image in float16, patch_size=4", torch.randn(1, 1, 4, 8, generator=g).half(), 4),
     ]
 
@@ -184,6 +192,15 @@ def _check_divisibility(candidate):
 _MOVES_ONLY = "Cutting patches only moves numbers: no .float() or new tensors of another dtype."
 
 
+def _through_float32(oracle, images, *arguments):
+    """The mistake of a float64 case whose numbers went through float32 and back (a .float() inside)."""
+    if images.dtype != torch.float64:
+        return []
+    rounded = [a.float().double() if torch.is_tensor(a) and a.is_floating_point() else a for a in (images, *arguments)]
+    message = f"your result is {FLOAT32_PRECISION}: the images are float64. {_MOVES_ONLY}"
+    return [(message, oracle(*rounded))]
+
+
 @exercise(
     "patchify",
     solution=vision.patchify,
@@ -202,7 +219,9 @@ def check_patchify(candidate):
         got = call(candidate, images, p)
         _check_shape(got, images, p, description)
         expect_same_dtype(got, images.dtype, "result", description, _MOVES_ONLY)
-        diagnose(got, _oracle(images, p), _mistakes(images, p), what="result", context=description)
+        mistakes = _mistakes(images, p) + _through_float32(_oracle, images, p)
+        # a cut only moves numbers: every value comes back exactly
+        diagnose(got, _oracle(images, p), mistakes, what="result", context=description, atol=0, rtol=0)
     _check_divisibility(candidate)
 
 
@@ -232,9 +251,9 @@ def _occlusion_cases():
 
     def case(description, shape, p, dtype=torch.float32):
         b, _, h, w = shape
-        images = torch.randn(*shape, generator=g).to(dtype)
+        images = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)  # float64 needs its own digits
         which = torch.rand(b, (h // p) * (w // p), generator=g) < 0.4
-        return description, images, which, p, (10 + torch.randn(*shape, generator=g)).to(dtype)
+        return description, images, which, p, (10 + torch.randn(*shape, generator=g, dtype=torch.float64)).to(dtype)
 
     # a non-square grid first, so reading the flags column by column changes which patches are covered
     return [
@@ -296,7 +315,9 @@ def check_occlude_patches(candidate):
         got = call(candidate, images, which, p, background)
         expect_tensor(got, what=f"result for {description}")
         expect_same_dtype(got, images.dtype, "result", description)
+        mistakes = _occlusion_mistakes(images, which, p, background)
+        mistakes += _through_float32(_occlusion_oracle, images, which, p, background)
         diagnose(
-            got, _occlusion_oracle(images, which, p, background), _occlusion_mistakes(images, which, p, background),
+            got, _occlusion_oracle(images, which, p, background), mistakes,
             what="result", context=description, atol=0, rtol=0,
         )  # fmt: skip

@@ -81,8 +81,8 @@ def _in_place_sdpa(q, k, v, mask=None):
     return _sdpa(q, k, v, mask, scale=1.0)
 
 
-def _seed_001_module(q, k, v, mask=None):
-    """Seed 001's ScaledDotProductAttention.forward, verbatim logic (-1e9, no NaN handling needed)."""
+def _article_module(q, k, v, mask=None):
+    """The article's ScaledDotProductAttention.forward, verbatim logic (-1e9, no NaN handling needed)."""
     d_k = k.size(-1)
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)
     if mask is not None:
@@ -146,7 +146,7 @@ SDPA_MISTAKES = {
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, nan_to_zero=False),
         ab.FULLY_MASKED_NAN,
     ),
-    "-1e9 (seed 001)": (_seed_001_module, ab.FULLY_MASKED_UNIFORM),
+    "-1e9 (the article)": (_article_module, ab.FULLY_MASKED_UNIFORM),
     "finfo.min": (
         lambda q, k, v, mask=None: _sdpa(q, k, v, mask, fill=torch.finfo(q.dtype).min, nan_to_zero=False),
         ab.FULLY_MASKED_UNIFORM,

@@ -331,3 +331,19 @@ def test_tiled_attention_that_loses_the_dtype_is_caught(dtype):
 
     result = _tiled(in_float32)
     assert not result.passed and str(dtype) in result.message, result.message
+
+
+def test_online_softmax_computed_in_float32_for_float64_is_named():
+    def in_float32(x, block_size):  # the float32 result put back into the input's dtype
+        return learner_online_softmax(x.float(), block_size).to(x.dtype)
+
+    result = _online(in_float32)
+    assert not result.passed and checking.FLOAT32_PRECISION in result.message, result.message
+
+
+def test_tiled_attention_computed_in_float32_for_float64_is_named():
+    def in_float32(q, k, v, block_size):
+        return learner_tiled(q.float(), k.float(), v.float(), block_size).to(q.dtype)
+
+    result = _tiled(in_float32)
+    assert not result.passed and checking.FLOAT32_PRECISION in result.message, result.message

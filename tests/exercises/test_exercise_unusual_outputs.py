@@ -12,7 +12,7 @@ import inspect
 import pytest
 import torch
 
-from course_utils.exercises import check, checking, exercise_ids, language_model, solution, translation
+from course_utils.exercises import check, checking, exercise_ids, language_model, long_range, solution, translation
 
 
 def _strided(t):
@@ -54,7 +54,7 @@ OTHERWISE = {
     "decode_with_cache": {"int64": PASSES},
     "recall_sequences": {"int64": PASSES, "float16": checking.NOT_IDS},
     "sample_next_token": {"int64": PASSES, "float16": checking.NOT_IDS},
-    "gradient_by_distance": {"list": PASSES},  # a list of norms is accepted
+    "gradient_by_distance": {"list": long_range.G_NOT_A_TENSOR},  # the card asks for a tensor
     # a loss: 0-d already, and it must stay attached to the logits
     "next_token_loss": {
         "int64": language_model.LOSS_DETACHED,

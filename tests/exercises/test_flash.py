@@ -411,3 +411,19 @@ def test_running_logsumexp_that_returns_float32_for_low_precision_scores_is_caug
 
     result = check("running_logsumexp", in_float32, quiet=True)
     assert not result.passed and "dtype" in result.message and str(dtype).removeprefix("torch.") in result.message
+
+
+def test_running_logsumexp_computed_in_float32_for_float64_scores_is_named():
+    def in_float32(score_blocks):  # float32 arithmetic, the result put back into float64
+        return learner_lse([b.float() for b in score_blocks]).to(score_blocks[0].dtype)
+
+    assert_caught("running_logsumexp", in_float32, checking.FLOAT32_PRECISION)
+
+
+def test_block_backward_computed_in_float32_for_float64_blocks_is_named():
+    def in_float32(*args):  # float32 arithmetic, the gradients put back into the inputs' dtype
+        *tensors, scale = args
+        grads = learner_block(*(t.float() for t in tensors), scale)
+        return tuple(g.to(args[0].dtype) for g in grads)
+
+    assert_caught("block_backward", in_float32, checking.FLOAT32_PRECISION)

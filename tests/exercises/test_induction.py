@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from course_utils import induction
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import induction as ex
 from tests.exercises.asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
 
@@ -112,6 +112,10 @@ SCORE_MISTAKES = {
     "no mean": (no_mean, ex.WRONG_AXIS),
     "4 heads in a loop": (four_heads_loop, ex.HEADS_FIXED),
     "4 heads in a reshape": (four_heads_reshape, ex.HEADS_FIXED),
+    "float32 arithmetic": (
+        lambda weights, half_len: loop_scores(weights.float(), half_len).to(weights.dtype),
+        checking.FLOAT32_PRECISION,
+    ),
 }
 
 
@@ -161,9 +165,11 @@ def test_score_messages_name_only_their_mistake():
 # --------------------------------------------------------------------------- k_composition
 
 
-def composition_loop(model, reader_of=induction.qk_matrix, order="right", normalise=True, swap=False, heads=None):
+def composition_loop(
+    model, reader_of=induction.qk_matrix, order="right", normalise=True, swap=False, heads=None, layers=(0, 1)
+):
     """The table as a learner writes it; each argument plants one mistake."""
-    first, second = model.layers[0], model.layers[1]
+    first, second = model.layers[layers[0]], model.layers[layers[1]]
     n_read = second.num_heads if heads is None else heads
     n_write = first.num_heads if heads is None else heads
     table = torch.zeros(n_read, n_write)
@@ -195,6 +201,7 @@ COMPOSITION_MISTAKES = {
     "one norm": (lambda m: composition_loop(m, normalise="reader"), ex.ONE_NORM),
     "spectral": (lambda m: composition_loop(m, normalise="spectral"), ex.SPECTRAL),
     "transposed table": (lambda m: composition_loop(m, swap=True), ex.LAYERS_SWAPPED),
+    "weights from the wrong layers": (lambda m: composition_loop(m, layers=(1, 0)), ex.WEIGHTS_FROM_WRONG_LAYERS),
     "4 heads fixed": (lambda m: composition_loop(m, heads=4), ex.HEADS_FIXED),
 }
 

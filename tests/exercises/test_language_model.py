@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.exercises import check, solution
+from course_utils.exercises import check, checking, solution
 from course_utils.exercises import language_model as ex
 from course_utils.language_model import LayerCache, filter_logits
 from tests.exercises.asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
@@ -28,8 +28,8 @@ def test_reference_passes(exercise_id):
 # --------------------------------------------------------------------------- next_token_loss
 
 
-def _flat(logits, targets):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+def _flat(logits, targets, reduction="mean"):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction)
 
 
 def _per_token(logits, tokens):
@@ -51,7 +51,29 @@ LOSS_MISTAKES = {
     "item()": (lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:]).item(), ex.LOSS_FLOAT),
     "detached": (lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:]).detach(), ex.LOSS_DETACHED),
     "classes on dim 2": (lambda logits, tokens: F.cross_entropy(logits[:, :-1], tokens[:, 1:]), ex.LOSS_CLASSES_AXIS),
+    "log of softmax by hand": (
+        lambda logits, tokens: -logits[:, :-1].softmax(-1).log().gather(-1, tokens[:, 1:, None]).mean(),
+        ex.LOSS_UNSTABLE_LOG,
+    ),
+    "reduction='sum'": (
+        lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:], reduction="sum"),
+        ex.LOSS_SUM_REDUCTION,
+    ),
+    "divided by B * T": (
+        lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:], reduction="sum") / tokens.numel(),
+        ex.LOSS_DIVIDED_BY_BT,
+    ),
+    "float32 arithmetic": (
+        lambda logits, tokens: _flat(logits[:, :-1].float(), tokens[:, 1:]).to(logits.dtype),
+        checking.FLOAT32_PRECISION,
+    ),
+    "float32 result": (lambda logits, tokens: _flat(logits[:, :-1].float(), tokens[:, 1:]), checking.KEEP_DTYPE),
 }
+
+
+def test_log_of_softmax_is_not_told_to_subtract_the_maximum():
+    message = check("next_token_loss", LOSS_MISTAKES["log of softmax by hand"][0], quiet=True).message
+    assert "row maximum" not in message, message
 
 
 @pytest.mark.parametrize("name", LOSS_MISTAKES)
@@ -144,6 +166,45 @@ def _variant(**switches):
     )
 
 
+def _top_p_as_in_the_hint(logits, top_p, strict=False, flip=False, shift=0, skip_one=True, assign=True):
+    """Hint 2's top-p; the keywords plant the mistakes (flip: ties sorted the other way, shift: the mask moved on)."""
+    if top_p is None or (skip_one and top_p >= 1):
+        return logits
+    probs = logits.softmax(-1)
+    if flip:
+        sorted_probs, order = probs.sort(dim=-1)
+        sorted_probs, order = sorted_probs.flip(-1), order.flip(-1)
+    else:
+        sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    mass_before = sorted_probs.cumsum(-1) - sorted_probs
+    drop_sorted = mass_before > top_p if strict else mass_before >= top_p
+    if shift:
+        drop_sorted = torch.cat([torch.zeros_like(drop_sorted[..., :shift]), drop_sorted[..., :-shift]], dim=-1)
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    if not assign:
+        logits.masked_fill(drop, float("-inf"))
+        return logits
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _top_p_keeping_ties(logits, top_p):
+    """Keep every token at least as probable as the one that crosses p."""
+    if top_p is None or top_p >= 1:
+        return logits
+    probs = logits.softmax(-1)
+    sorted_probs = probs.sort(dim=-1, descending=True).values
+    kept = ((sorted_probs.cumsum(-1) - sorted_probs) < top_p).sum(-1, keepdim=True)
+    return logits.masked_fill(probs < sorted_probs.gather(-1, kept - 1), float("-inf"))
+
+
+def _hint_variant(top_p_step=_top_p_as_in_the_hint, **switches):
+    def filter_logits_(logits, temperature=1.0, top_k=None, top_p=None):
+        logits = _filter(logits, temperature, top_k)
+        return top_p_step(logits, top_p, **switches)
+
+    return filter_logits_
+
+
 FILTER_MISTAKES = {
     "temperature multiplied": (_variant(multiply=True), ex.FILTER_TEMPERATURE_MULTIPLIED),
     "top-p before temperature": (_variant(p_first=True), ex.FILTER_TOP_P_BEFORE_TEMPERATURE),
@@ -171,7 +232,28 @@ FILTER_MISTAKES = {
         ),
         ex.FILTER_TOP_P_BEFORE_TOP_K,
     ),
+    "> p instead of >= p": (_hint_variant(strict=True), ex.FILTER_BOUNDARY),
+    "ties at p: higher ids kept": (_hint_variant(flip=True), ex.FILTER_TOP_P_TIES),
+    "ties at p: all kept": (_hint_variant(_top_p_keeping_ties), ex.FILTER_TOP_P_TIES),
+    "masked_fill not assigned": (_hint_variant(assign=False), ex.FILTER_NOT_ASSIGNED),
+    "top_p=1.0 not skipped": (_hint_variant(skip_one=False), ex.FILTER_TOP_P_ONE),
+    "one token too many": (_hint_variant(shift=1), ex.FILTER_KEPT_TOO_MANY),
 }
+
+
+def test_filter_logits_hint_passes():
+    assert_passes("filter_logits", _hint_variant())
+
+
+@pytest.mark.parametrize("name", ["one token too many", "> p instead of >= p", "masked_fill not assigned"])
+def test_a_filter_that_keeps_too_many_is_not_told_it_filled_them(name):
+    message = check("filter_logits", FILTER_MISTAKES[name][0], quiet=True).message
+    assert "you filled them" not in message, message
+
+
+def test_top_p_one_keeps_every_token_of_a_large_float32_vocabulary():
+    logits = torch.randn(4, 32_000, generator=torch.Generator().manual_seed(0)) * 3
+    assert torch.equal(filter_logits(logits, top_p=1.0), logits)
 
 
 @pytest.mark.parametrize("name", FILTER_MISTAKES)
@@ -241,6 +323,19 @@ SAMPLE_MISTAKES = {
         ).squeeze(-1),
         ex.SAMPLE_LOGITS_AS_PROBS,
     ),
+    "own seeded generator": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: _sample(
+            logits, temperature, top_k, top_p, torch.Generator().manual_seed(0)
+        ).squeeze(-1),
+        ex.SAMPLE_GENERATOR,
+    ),
+    "torch.manual_seed inside": (
+        lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: (
+            torch.manual_seed(0),
+            _sample(logits, temperature, top_k, top_p).squeeze(-1),
+        )[1],
+        ex.SAMPLE_GENERATOR,
+    ),
     "temperature squared": (
         lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: _sample(
             logits / temperature, temperature, top_k, top_p, generator
@@ -258,6 +353,16 @@ def test_sample_next_token_mistake_is_named(name):
 
 def test_sample_next_token_messages_name_only_their_mistake():
     assert_each_message_names_only_its_mistake(SAMPLE_MISTAKES, lambda c: check("sample_next_token", c, quiet=True))
+
+
+def test_wrong_frequencies_show_the_kind_of_row_that_is_wrong():
+    def clamped(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        return _sample(logits.clamp(max=2.0), temperature, top_k, top_p, generator).squeeze(-1)  # row 2 has 2.5
+
+    message = check("sample_next_token", clamped, quiet=True).message
+    assert ex.SAMPLE_WRONG_FREQUENCIES in message, message
+    assert "second kind of row" in message and "2.5" in message, message
+    assert "filter_logits pass" not in message, message
 
 
 def test_gumbel_max_sampling_passes():

@@ -17,7 +17,7 @@ from tests.exercises.asserts import assert_caught, assert_each_message_names_onl
 
 
 def learner_linear(q, k, v, normaliser="all", read="after", phi_v=False, causal=True, phi=True):
-    fq, fk = (F.elu(q) + 1, F.elu(k) + 1) if phi else (q, k)
+    fq, fk = (F.elu(q) + 1, F.elu(k) + 1) if phi is True else (phi(q), phi(k)) if phi else (q, k)
     values = F.elu(v) + 1 if phi_v else v
     T = q.shape[-2]
     S = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
@@ -60,6 +60,35 @@ def linear_as_softmax(q, k, v):
     return torch.softmax(scores, dim=-1) @ v
 
 
+def linear_in_steps(q, k, v, add_s="first", add_z="first", eps=0.0):
+    """The loop with S and z updated before or after the output is read, and an eps against 0/0."""
+    fq, fk = F.elu(q) + 1, F.elu(k) + 1
+    S = q.new_zeros(*q.shape[:-1][:-1], q.shape[-1], v.shape[-1])
+    z = q.new_zeros(*q.shape[:-1][:-1], q.shape[-1])
+    outputs = []
+    for t in range(q.shape[-2]):
+        kv, kt, qt = fk[..., t, :, None] * v[..., t, None, :], fk[..., t, :], fq[..., t, :]
+        S, z = S + kv if add_s == "first" else S, z + kt if add_z == "first" else z
+        numerator, denominator = (qt[..., :, None] * S).sum(-2), (qt * z).sum(-1, keepdim=True) + eps
+        outputs.append(numerator / denominator)
+        S, z = S + kv if add_s == "last" else S, z + kt if add_z == "last" else z
+    return torch.stack(outputs, dim=-2)
+
+
+def linear_normalised_over_queries(q, k, v):
+    scores = ((F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)).tril()
+    return scores / scores.sum(-2, keepdim=True) @ v
+
+
+def in_float32(function):
+    """A learner's function that computes in float32 whatever it is given, and hands back the input's dtype."""
+
+    def computed_in_float32(*args):
+        return function(*(a.float() for a in args)).to(args[0].dtype)
+
+    return computed_in_float32
+
+
 LINEAR_MISTAKES = {
     "no normaliser": (lambda q, k, v: learner_linear(q, k, v, normaliser=None), ex.LA_NO_NORMALISER),
     "current normaliser": (lambda q, k, v: learner_linear(q, k, v, normaliser="current"), ex.LA_CURRENT_NORMALISER),
@@ -68,13 +97,29 @@ LINEAR_MISTAKES = {
     "non-causal sums": (lambda q, k, v: learner_linear(q, k, v, causal=False), ex.LA_NOT_CAUSAL),
     "no phi": (lambda q, k, v: learner_linear(q, k, v, phi=False), ex.LA_NO_PHI),
     "softmax": (linear_as_softmax, ex.LA_SOFTMAX),
+    "relu feature map": (lambda q, k, v: learner_linear(q, k, v, phi=F.relu), ex.LA_RELU),
+    "exp feature map": (lambda q, k, v: learner_linear(q, k, v, phi=torch.exp), ex.LA_EXP_PHI),
+    "weights normalised over the queries": (linear_normalised_over_queries, ex.LA_WEIGHTS_OVER_QUERIES),
+    "read before add, eps against 0/0": (
+        lambda q, k, v: linear_in_steps(q, k, v, add_s="last", add_z="last", eps=1e-9),
+        ex.LA_READ_BEFORE_ADD,
+    ),
+    "numerator before add": (lambda q, k, v: linear_in_steps(q, k, v, add_s="last"), ex.LA_READ_BEFORE_ADD),
+    "normaliser before add": (lambda q, k, v: linear_in_steps(q, k, v, add_z="last"), ex.LA_NORMALISER_BEFORE_ADD),
+    "float32 arithmetic": (in_float32(learner_linear), checking.FLOAT32_PRECISION),
 }
+
+
+def test_relu_feature_map_is_not_told_about_exp():
+    message = check("linear_attention_recurrent", LINEAR_MISTAKES["relu feature map"][0], quiet=True).message
+    assert "exp(" not in message, message
 
 
 def test_linear_solution_and_other_correct_versions_pass():
     assert_passes("linear_attention_recurrent", solution("linear_attention_recurrent"))
     assert_passes("linear_attention_recurrent", learner_linear)
     assert_passes("linear_attention_recurrent", linear_as_masked_matrix)
+    assert_passes("linear_attention_recurrent", linear_in_steps)
 
 
 @pytest.mark.parametrize("name", LINEAR_MISTAKES)
@@ -92,11 +137,11 @@ def test_linear_attention_messages_name_only_their_mistake():
 # --------------------------------------------------------------------------- delta_rule
 
 
-def learner_delta(q, k, v, beta, update="delta", norm_k=True, norm_q=True, read="after"):
+def learner_delta(q, k, v, beta, update="delta", norm_k=True, norm_q=True, read="after", axis=-1):
     if norm_k:
-        k = k / k.norm(dim=-1, keepdim=True)
+        k = k / k.norm(dim=axis, keepdim=True)
     if norm_q:
-        q = q / q.norm(dim=-1, keepdim=True)
+        q = q / q.norm(dim=axis, keepdim=True)
     S = torch.zeros(*k.shape[:-2], v.shape[-1], k.shape[-1], dtype=q.dtype)
     outputs = []
     for t in range(k.shape[-2]):
@@ -137,6 +182,8 @@ DELTA_MISTAKES = {
     "queries not normalised": (lambda *a: learner_delta(*a, norm_q=False), ex.DR_QUERIES_NOT_NORMALISED),
     "read before update": (lambda *a: learner_delta(*a, read="before"), ex.DR_READ_BEFORE_UPDATE),
     "no beta": (lambda q, k, v, beta: learner_delta(q, k, v, torch.ones_like(beta)), ex.DR_NO_BETA),
+    "normalised over time": (lambda *a: learner_delta(*a, axis=1), ex.DR_NORMALISED_OVER_TIME),
+    "float32 arithmetic": (in_float32(learner_delta), checking.FLOAT32_PRECISION),
 }
 
 
@@ -162,12 +209,12 @@ def test_delta_rule_messages_name_only_their_mistake():
 
 
 def learner_sequences(keys, values, queries, leak=False, pair_targets=False, index_key=False, target_key=False,
-                      swap=False, queries_first=False):  # fmt: skip
+                      swap=False, queries_first=False, ignore=-100):  # fmt: skip
     B, P = keys.shape
     rows_tokens, rows_targets = [], []
     for b in range(B):
         seq = [[keys[b, i].item(), values[b, i].item()] for i in range(P)]
-        tgt = [values[b, i].item() if pair_targets else -100 for i in range(P)]
+        tgt = [values[b, i].item() if pair_targets else ignore for i in range(P)]
         asked, answers = [], []
         for j in queries[b].tolist():
             key = j if index_key else keys[b, j].item()
@@ -187,6 +234,8 @@ RECALL_MISTAKES = {
     "target is key": (lambda *a: learner_sequences(*a, target_key=True), ex.RS_TARGET_IS_KEY),
     "ids swapped": (lambda *a: learner_sequences(*a, swap=True), ex.RS_SWAPPED_IDS),
     "queries first": (lambda *a: learner_sequences(*a, queries_first=True), ex.RS_QUERIES_FIRST),
+    "pairs' targets -1": (lambda *a: learner_sequences(*a, ignore=-1), ex.RS_IGNORE_INDEX),
+    "pairs' targets 0": (lambda *a: learner_sequences(*a, ignore=0), ex.RS_IGNORE_INDEX),
 }
 
 

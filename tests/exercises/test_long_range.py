@@ -180,13 +180,41 @@ def learner_gradients(layer, inputs, distances, probe, mistake=None):
 
 
 def gradients_with_autograd_grad(layer, inputs, distances, probe):
-    """A correct answer written another way: torch.autograd.grad, and a list of floats."""
+    """A correct answer written another way: torch.autograd.grad, and floats made into a tensor."""
     result = []
     for t in distances:
         x = inputs.detach().requires_grad_()
         (grad,) = torch.autograd.grad(layer(x)[0, t] @ probe, x)
         result.append(grad[0, 0].norm().item())
-    return result if inputs.dtype == torch.float32 else torch.tensor(result, dtype=inputs.dtype)
+    return torch.tensor(result, dtype=inputs.dtype)
+
+
+@pytest.mark.parametrize("convert", [lambda norms: norms.tolist(), lambda norms: list(norms)], ids=["floats", "0-d"])
+def test_gradient_norms_in_a_list_are_refused(convert):
+    def as_a_list(layer, inputs, distances, probe):
+        return convert(learner_gradients(layer, inputs, distances, probe))
+
+    assert_caught("gradient_by_distance", as_a_list, ex.G_NOT_A_TENSOR)
+
+
+def test_gradient_norm_taken_in_float32_is_named():
+    def norm_in_float32(layer, inputs, distances, probe):
+        norms = []
+        for t in distances:
+            x = inputs.clone().requires_grad_(True)
+            (layer(x)[0, t] @ probe).backward()
+            norms.append(x.grad[0, 0].float().norm().to(inputs.dtype))
+        return torch.stack(norms)
+
+    assert_caught("gradient_by_distance", norm_in_float32, checking.FLOAT32_PRECISION)
+
+
+def test_recurrent_forward_in_float32_arithmetic_is_named():
+    def in_float32(x, W_xh, W_hh, b, h0):
+        outputs, h_last = learner_rnn(*(t.float() for t in (x, W_xh, W_hh, b, h0)))
+        return outputs.to(x.dtype), h_last.to(x.dtype)
+
+    assert_caught("recurrent_forward", in_float32, checking.FLOAT32_PRECISION)
 
 
 def test_gradient_solution_and_other_correct_versions_pass():

@@ -27,7 +27,7 @@ def result_of(exercise_id, candidate):
 
 def split_reference_style(x, num_heads):
     b, s, d = x.shape
-    return x.view(b, s, num_heads, d // num_heads).transpose(1, 2)  # seed 001's view + transpose
+    return x.view(b, s, num_heads, d // num_heads).transpose(1, 2)  # the article's view + transpose
 
 
 def split_unflatten(x, num_heads):
@@ -168,7 +168,7 @@ def test_combine_heads_stub():
 
 
 class Learner(nn.Module):
-    """A correct learner solution, written in the slides' style (seed 000)."""
+    """A correct learner solution, written in the slides' style."""
 
     qkv_bias = False
 
@@ -220,7 +220,7 @@ class MinusOneE9(Learner):
     def compute_attention(self, query, key, value, mask=None):
         scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)
         if mask is not None:
-            scores = scores.masked_fill(mask == 0, -1e9)  # seed 001's choice
+            scores = scores.masked_fill(mask == 0, -1e9)  # the article's choice
         return torch.softmax(scores, dim=-1) @ value
 
 
@@ -266,8 +266,8 @@ class UsesCourseFunctions(nn.Module):
         return self.output_linear(combine_heads(context))
 
 
-class Seed001Style(nn.Module):
-    """The article's class (seed 001) with the contract's attribute names: biases everywhere, view + transpose."""
+class ArticleStyle(nn.Module):
+    """The article's class with the contract's attribute names: biases everywhere, view + transpose."""
 
     def __init__(self, d_model, num_heads):
         super().__init__()
@@ -302,7 +302,7 @@ class Seed001Style(nn.Module):
         PyTorchSDPA,
         ReshapeNotView,
         UsesCourseFunctions,
-        Seed001Style,
+        ArticleStyle,
     ],
     ids=lambda c: c.__name__,
 )
@@ -438,7 +438,7 @@ class ReturnsHeads(Learner):
 
 
 class SeedNames(nn.Module):
-    """Seed 001's attribute names: the checker cannot find query_linear."""
+    """The article's attribute names: the checker cannot find query_linear."""
 
     def __init__(self, d_model, num_heads):
         super().__init__()

@@ -5,6 +5,8 @@ The mistakes are written the way a learner would write them (one call of the lay
 a decoding loop with one slip), not taken from the checker's list.
 """
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -38,6 +40,17 @@ def test_stub_is_not_attempted():
         raise NotImplementedError
 
     assert check(ID, stub, quiet=True).status == "not attempted"
+
+
+def test_cross_attention_in_float32_arithmetic_is_named():
+    def through_a_float32_copy(mha, decoder_states, encoder_output, source_padding_mask):
+        layer, dtype = copy.deepcopy(mha).float(), decoder_states.dtype
+        output = layer(
+            decoder_states.float(), encoder_output.float(), encoder_output.float(), None, source_padding_mask
+        )
+        return output.to(dtype)
+
+    assert_caught(ID, through_a_float32_copy, checking.FLOAT32_PRECISION)
 
 
 def test_queries_and_keys_swapped():
@@ -363,6 +376,24 @@ def learner_swap(model, sentences, donors, position, max_len=8, mistake=None):
 def test_swap_solution_and_learner_version_pass():
     assert_passes(SWAP, solution(SWAP))
     assert_passes(SWAP, learner_swap)
+
+
+def one_sentence_at_a_time(mistake=None):
+    """The intervention done for each sentence on its own (a right answer without a mistake)."""
+
+    def candidate(model, sentences, donors, position, max_len=8):
+        pairs = zip(sentences, donors, strict=True)
+        return [learner_swap(model, [s], [d], position, max_len, mistake)[0] for s, d in pairs]
+
+    return candidate
+
+
+def test_swap_one_sentence_at_a_time_passes():
+    assert_passes(SWAP, one_sentence_at_a_time())
+
+
+def test_swap_one_sentence_at_a_time_still_names_a_mistake():
+    assert_caught(SWAP, one_sentence_at_a_time("nothing"), checker.S_NOTHING)
 
 
 def test_swap_stub_is_not_attempted():

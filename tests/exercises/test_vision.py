@@ -268,3 +268,14 @@ def test_occlusion_in_place_and_dtype_mistakes_are_named():
     assert_caught("occlude_patches", in_place, "in place")
     assert_caught("occlude_patches", as_float32, checking.KEEP_DTYPE)
     assert {case[1].dtype for case in ex._occlusion_cases()} == {torch.float32, torch.float64, torch.float16}
+
+
+def test_float64_images_sent_through_float32_are_named():
+    def patchify_via_float32(images, patch_size):  # the numbers rounded to float32, then back
+        return learner_patchify(images.float(), patch_size).to(images.dtype)
+
+    def occlude_via_float32(images, which, patch_size, background):
+        return learner_occlude(images.float(), which, patch_size, background.float()).to(images.dtype)
+
+    assert_caught("patchify", patchify_via_float32, checking.FLOAT32_PRECISION)
+    assert_caught("occlude_patches", occlude_via_float32, checking.FLOAT32_PRECISION)

@@ -114,8 +114,9 @@ def test_every_cell_that_moved_under_a_perturbation_declares_a_tolerance_twice_i
     problems = []
     for (notebook, number), runs in _spread_cells().items():
         cell = code[notebook][number] if number < len(code[notebook]) else None
-        first_line = cell.source.strip().splitlines()[0][:80] if cell is not None and cell.source.strip() else ""
-        if any(measured["first_line"] != first_line for _, measured in runs):
+        if cell is None or any(
+            measured["first_line"] != nbval_tolerance.first_line(cell.source) for _, measured in runs
+        ):
             problems.append(f"{notebook} cell {number} is not the cell measured: re-run make test-perturbed")
             continue
         if re.search(r"^\s*# NBVAL_IGNORE_OUTPUT", cell.source, re.MULTILINE):

@@ -6,6 +6,7 @@ import re
 import nbformat
 import pytest
 
+from tests import nbval_tolerance
 from tests.notebook_tools import code_cells, exercise_cells, lesson_notebooks, output_text
 
 NOTEBOOKS = lesson_notebooks()
@@ -74,10 +75,38 @@ def test_lesson_conventions(nb_path):
         assert not c.source.rstrip().endswith(";"), f"{nb_path.name}: trailing ';' does not hide output"
         for line in c.source.splitlines():
             # nbval only honours a marker alone on its comment line; anything else is silently compared
-            if "NBVAL_" in line:
+            if "NBVAL_TOLERANCE" in line:
+                nbval_tolerance.parse(line)  # a malformed tolerance raises, naming what it expects
+            elif "NBVAL_" in line:
                 assert line.strip().lstrip("#").strip() in NBVAL_MARKERS, (
                     f"{nb_path.name}: put the nbval marker alone on its line: {line.strip()!r}"
                 )
+
+
+# Outputs that vary by design (timings, throughput). A trained result is compared within a tolerance
+# (NBVAL_TOLERANCE), never ignored: this count may shrink, not grow.
+MAX_IGNORED_CELLS = 31
+
+
+def test_no_more_cells_ignore_their_output():
+    ignored = [
+        f"{p.name} cell {i}"
+        for p in NOTEBOOKS
+        for i, c in enumerate(c for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code")
+        if re.search(r"^\s*#\s*NBVAL_IGNORE_OUTPUT\s*$", c.source, re.MULTILINE)
+    ]
+    assert len(ignored) <= MAX_IGNORED_CELLS, (
+        f"{len(ignored)} cells ignore their output (at most {MAX_IGNORED_CELLS}): a trained result declares "
+        f"NBVAL_TOLERANCE instead (CONTRIBUTING.md); {ignored}"
+    )
+
+
+def test_sections_are_numbered_in_order(nb_path):
+    # "## 1.", "## 2.", ...: a learner told "section 5" must find it, so no number is skipped or repeated
+    nb = nbformat.read(nb_path, as_version=4)
+    markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    numbers = [int(n) for source in markdown for n in re.findall(r"^## (\d+)\.", source, re.MULTILINE)]
+    assert numbers == list(range(1, len(numbers) + 1)), f"{nb_path.name}: sections numbered {numbers}"
 
 
 def test_exercise_stubs_are_unsolved(nb_path):

@@ -20,7 +20,49 @@ ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 sys.path.insert(0, str(ROOT / "scripts"))
 import clean_notebooks  # noqa: E402
+import lesson_times  # noqa: E402
 import lock_requirements  # noqa: E402
+
+
+def _sized_lesson():
+    """A lesson of known size: 624 words, 3 code cells besides the stub, cards of 10-15 and 5 min, 2 questions."""
+    card = "**Exercise card** · difficulty: ★★☆☆☆ · importance: ★★★☆☆ · about {} min · practises: loops"  # 15 words
+    ending = (
+        "## Summary\n\n### Questions\n1. Why?\n2. How?\n\n<details><summary>Answer 1</summary>\n\nBecause.\n</details>"
+    )
+    stub = nbformat.v4.new_code_cell("def f():\n    raise NotImplementedError", metadata={"tags": ["exercise"]})
+    cells = [nbformat.v4.new_markdown_cell("word " * 582), nbformat.v4.new_code_cell("setup()")]
+    cells += [nbformat.v4.new_markdown_cell(card.format("10-15")), stub, nbformat.v4.new_code_cell('check("f", f)')]
+    cells += [
+        nbformat.v4.new_markdown_cell(card.format(5)),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell(""),
+    ]
+    return nbformat.v4.new_notebook(cells=cells + [nbformat.v4.new_markdown_cell(ending)])  # ending: 12 words
+
+
+def test_lesson_times_counts_words_code_cells_cards_and_questions():
+    nb = _sized_lesson()
+    assert lesson_times.lesson_size(nb) == {"words": 624, "code cells": 3, "exercises": (15, 20), "questions": 2}
+    # 624 / 150 = 4.16 minutes of reading + 3 + 2 = 9.16; + 15 = 24.16 -> 25; + 20 = 29.16 -> 30
+    assert lesson_times.estimate(nb) == (25, 30)
+    assert (lesson_times.nearest_five(22.4), lesson_times.nearest_five(22.5)) == (20, 25)
+    assert lesson_times.time_sentence(nb).startswith("**Time.** About 25-30 minutes, estimated")
+
+
+@pytest.mark.parametrize("nb_path", lesson_notebooks(), ids=lambda p: p.name)
+def test_a_time_estimated_by_the_script_is_what_the_script_estimates(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    opening = next(c.source for c in nb.cells if c.cell_type == "markdown")
+    time_line = next((line for line in opening.splitlines() if line.startswith("**Time")), "")
+    if "scripts/lesson_times.py" not in time_line:
+        pytest.skip("this lesson's time is not estimated by scripts/lesson_times.py")
+    (low, high), (stated_low, stated_high) = lesson_times.estimate(nb), lesson_times.stated(nb)
+    # within one rounding step, so a sentence added later does not force a new line, but a stale estimate fails
+    assert abs(stated_low - low) <= 5 and abs(stated_high - high) <= 5, (
+        f"{nb_path.name} states {stated_low}-{stated_high} minutes, scripts/lesson_times.py estimates {low}-{high}: "
+        f"paste the sentence it prints ({lesson_times.time_sentence(nb)!r}) and the README's minutes"
+    )
 
 
 @pytest.mark.parametrize("exercise_id", exercise_ids())
@@ -50,6 +92,19 @@ def test_licence_covers_code_and_lessons_and_the_readme_says_so():
     assert "MIT License" in licence and "Permission is hereby granted" in licence
     assert "CC BY 4.0" in licence and "creativecommons.org/licenses/by/4.0" in licence
     assert "MIT" in README and "CC BY 4.0" in README
+
+
+def test_sources_are_named_as_sources_not_by_file_name():
+    # the course's sources are "the slides", "the article", "the notes on visualising"; in a lesson "seed" is a random seed
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    texts = [p for p in tracked.splitlines() if p.endswith((".py", ".md", ".ipynb"))]
+    found = [
+        f"{path}:{n}"
+        for path in texts
+        for n, line in enumerate((ROOT / path).read_text().splitlines(), 1)
+        if re.search(r"seed[ _]?00\d", line, re.IGNORECASE)
+    ]
+    assert not found, f"these lines name a source by its file name (seed 00N); name it as a source instead: {found}"
 
 
 @pytest.mark.parametrize("nb_path", lesson_notebooks(), ids=lambda p: p.name)

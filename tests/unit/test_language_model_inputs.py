@@ -112,3 +112,12 @@ def test_a_cache_refuses_a_batch_of_another_size(small_model):
     small_model(torch.tensor([[1, 2], [3, 4]]), caches)
     with pytest.raises(ValueError, match="a cache belongs to one batch of texts"):
         small_model(torch.tensor([[5]]), caches)
+
+
+def test_the_model_refuses_one_cache_shared_by_every_layer(small_model):
+    # the same object for every layer used to run and give logits far off (6.16 on the stored model)
+    with pytest.raises(ValueError, match=r"every layer shares one cache.*\[LayerCache\(\) for _ in model.blocks\]"):
+        small_model(PROMPT, [lm.LayerCache()] * 2)
+    caches = [lm.LayerCache() for _ in small_model.blocks]
+    with pytest.raises(ValueError, match="every layer shares one cache"):
+        small_model(PROMPT, [caches[0], caches[0]])

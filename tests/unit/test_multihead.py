@@ -56,7 +56,7 @@ def inputs(batch=2, lq=5, lk=None, seed=1):
 # equality with torch.nn.MultiheadAttention
 
 
-@pytest.mark.parametrize("qkv_bias", [True, False], ids=["all-bias (seed 001)", "slides (seed 000)"])
+@pytest.mark.parametrize("qkv_bias", [True, False], ids=["all-bias (the article)", "slides"])
 @pytest.mark.parametrize("lk", [None, 8], ids=["self", "cross"])
 @pytest.mark.parametrize("fast_path", [False, True], ids=["training-mode path", "eval no_grad path"])
 def test_equals_nn_multihead_attention(qkv_bias, lk, fast_path):

@@ -11,7 +11,7 @@ from course_utils import orange_attention
 from course_utils.data import data_path
 from course_utils.toy import toy_projections, toy_qkv, toy_sentence
 
-# The slide (seed 000): query "Orange" over Orange, is, my, favorite, fruit. This is the spec.
+# The slide: query "Orange" over Orange, is, my, favorite, fruit. This is the spec.
 SLIDE_ORANGE_ROW = [0.21, 0.03, 0.05, 0.31, 0.40]
 TOKENS = ["Orange", "is", "my", "favorite", "fruit"]
 
