@@ -19,9 +19,9 @@ TORCH_INDEX_URL ?=
 TORCH_PIN := $(shell grep -m1 '^torch==' requirements.txt)
 
 $(STAMP): requirements.txt
-	@$(PYTHON) course_utils/bootstrap.py python
+	@$(PYTHON) course_utils/tools/bootstrap.py python
 	@# a .venv left half-made by an interrupted install, or made by an unsuitable Python, is rebuilt
-	@$(PYTHON) course_utils/bootstrap.py venv $(VENV) || { echo "Rebuilding $(VENV) from scratch."; rm -rf $(VENV); }
+	@$(PYTHON) course_utils/tools/bootstrap.py venv $(VENV) || { echo "Rebuilding $(VENV) from scratch."; rm -rf $(VENV); }
 	rm -f $(VENV)/.installed-*
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# PyTorch WITH its dependencies (a CUDA build needs its CUDA libraries), held to the pins
@@ -70,7 +70,7 @@ test-seeds: install
 # Every notebook under nbval once per perturbation of floating-point order this CPU can produce (PyTorch's
 # kernels, MKL's and oneDNN's code paths, two threads): each must pass with the cells' NBVAL_TOLERANCE, and
 # the table of how far each cell moved is printed (scripts/perturbed_runs.py; about 8 runs of 2-4 min;
-# CI runs it after make test). SPREAD=1 also stores the spreads in data/nbval_spread.json (CONTRIBUTING.md).
+# CI runs it after make test). SPREAD=1 also stores the spreads in tests/nbval_spread.json (CONTRIBUTING.md).
 test-perturbed: install
 	$(PY) scripts/perturbed_runs.py $(if $(SPREAD),--write-spread)
 
@@ -84,12 +84,12 @@ browser:
 
 # Learners: my exercises, from the saved notebooks (nothing is run; save the notebook first)
 progress:
-	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/progress.py "$(NOTEBOOKS_DIR)"
+	@$(if $(wildcard $(PY)),$(PY),python3) -m course_utils.tools.progress "$(NOTEBOOKS_DIR)"
 
 # What is wrong with this machine for the course, and the fix for each (paste it into bug reports);
 # runs with .venv's Python when there is one, so it also works when the install is broken
 doctor:
-	@$(if $(wildcard $(PY)),$(PY),python3) course_utils/doctor.py
+	@$(if $(wildcard $(PY)),$(PY),python3) -m course_utils.tools.doctor
 
 # Instructors and CI: run copies of the notebooks in NOTEBOOKS_DIR (or of each learner's folder in it),
 # check every exercise, write artifacts/grade/ (grade.md, grade.json, gradebook.csv); exit 1 unless all
@@ -97,7 +97,7 @@ doctor:
 NOTEBOOKS_DIR ?= notebooks
 GRADE_TIME_LIMIT ?= 300
 grade: install
-	$(PY) -m course_utils.grade "$(NOTEBOOKS_DIR)" --time-limit $(GRADE_TIME_LIMIT) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
+	$(PY) -m course_utils.tools.grade "$(NOTEBOOKS_DIR)" --time-limit $(GRADE_TIME_LIMIT) $(if $(ALLOW_NOT_ATTEMPTED),--allow-not-attempted)
 
 # Re-execute every notebook in place, in order, each in a fresh kernel (how `test` checks them)
 execute: install
@@ -141,7 +141,7 @@ lock: install
 	$(PY) scripts/lock_requirements.py $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
 # Retrain lesson 10's language model (three seeds side by side, about 3 min of CPU each); writes
-# data/language_model_*. The other lessons' longer runs: scripts/*.py, each writing its data/ file.
+# course_utils/data/language_model_*. The other lessons' longer runs: scripts/*.py, each writing its file there.
 train-lm: install
 	OMP_NUM_THREADS=1 $(PY) scripts/train_language_model.py
 

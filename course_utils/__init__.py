@@ -22,11 +22,12 @@
 - induction:    induction heads: the attention-only model, induction scores, composition, path patching (lesson 11)
 - linear_attention: linear attention's parallel and recurrent forms, the delta rule, decoding memory (lesson 12)
 - recall:       multi-query associative recall and five one-layer models to compare on it (lesson 12)
-- exercises:    ``check``, ``hint(id, level)``, ``show_solution``; tamper_guard: the checks' comparison
-                functions kept as they were, so replacing one cannot forge a pass
-- data:         where the lessons' small data files live
+- exercises:    ``check``, ``hint(id, level)``, ``show_solution``; exercises.tamper_guard: the checks'
+                comparison functions kept as they were, so replacing one cannot forge a pass
+- data:         the lessons' small data files, and data_path(name) to find them
 - _validate:    the reference functions' input checks (show_solution leaves them out)
-- progress, grade, doctor, bootstrap: `make progress`, `make grade`, `make doctor`, `make install`'s checks
+- tools:        the command-line tools, not lessons: progress, grade, doctor, bootstrap (`make progress`,
+                `make grade`, `make doctor`, `make install`'s checks)
 """
 
 __all__ = ["setup", "orange_attention"]

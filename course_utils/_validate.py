@@ -379,21 +379,20 @@ def greedy_settings(temperature, top_k, top_p, generator):
         )
 
 
-def layer_caches(caches, num_blocks):
-    """One LayerCache per block, each a distinct object (keys and values differ from layer to layer)."""
-    from course_utils.language_model import LayerCache  # here: course_utils.language_model imports this module
-
-    if not isinstance(caches, (list, tuple)) or not all(isinstance(c, LayerCache) for c in caches):
+def layer_caches(caches, num_blocks, cache_class):
+    """One cache_class (language_model.LayerCache, passed in: that module imports this one) per block."""
+    name = cache_class.__name__
+    if not isinstance(caches, (list, tuple)) or not all(isinstance(c, cache_class) for c in caches):
         got = type(caches).__name__ if not isinstance(caches, (list, tuple)) else [type(c).__name__ for c in caches]
-        raise TypeError(f"caches must be a list of LayerCache, one per block ({num_blocks}), got {got}")
+        raise TypeError(f"caches must be a list of {name}, one per block ({num_blocks}), got {got}")
     if len(caches) != num_blocks:
-        raise ValueError(f"give one LayerCache per block ({num_blocks}), got {len(caches)}")
+        raise ValueError(f"give one {name} per block ({num_blocks}), got {len(caches)}")
     if len({id(c) for c in caches}) < num_blocks:
         # one object in several places: every layer would append its keys to the others' and read them all
         raise ValueError(
-            f"every layer shares one cache: caches lists the same LayerCache object more than once "
-            f"([LayerCache()] * {num_blocks} is one object listed {num_blocks} times); each layer has keys and "
-            f"values of its own, so make one per block: [LayerCache() for _ in model.blocks]"
+            f"every layer shares one cache: caches lists the same {name} object more than once "
+            f"([{name}()] * {num_blocks} is one object listed {num_blocks} times); each layer has keys and "
+            f"values of its own, so make one per block: [{name}() for _ in model.blocks]"
         )
 
 
@@ -736,12 +735,22 @@ def image_batch(images):
         )
 
 
-def occlusion_inputs(images, which, patch_size, background):
-    from course_utils.vision import patch_grid  # here, not at the top: course_utils.vision imports this module
+def whole_patches(image_height, image_width, patch_size):
+    """patch_size as an int, if the image is a whole number of patches high and wide."""
+    p = positive_int(patch_size, "patch_size")
+    if image_height % p or image_width % p:
+        raise ValueError(
+            f"an image of {image_height}x{image_width} pixels cannot be cut into whole {p}x{p} patches: "
+            f"height and width must be multiples of patch_size={p} (crop or pad the image first)"
+        )
+    return p
 
+
+def occlusion_inputs(images, which, patch_size, background):
     image_batch(images)
     b, _, h, w = images.shape
-    rows, cols = patch_grid(h, w, patch_size)
+    p = whole_patches(h, w, patch_size)
+    rows, cols = h // p, w // p
     if not isinstance(which, torch.Tensor) or tuple(which.shape) != (b, rows * cols) or which.dtype != torch.bool:
         got = f"{tuple(which.shape)} {which.dtype}" if isinstance(which, torch.Tensor) else type(which).__name__
         raise ValueError(

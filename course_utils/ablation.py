@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.attention import padding_mask
+from course_utils.data import DATA_DIR
 from course_utils.pretrained import encode, load_model, masked_heads, mean_pool
 
 __all__ = [
-    "DATA_DIR",
     "load_pairs",
     "paraphrase_gap",
     "pair_embedder",
@@ -44,8 +44,6 @@ __all__ = [
     "layer_separation",
     "load_sweep",
 ]
-
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
 # ---------------------------------------------------------------------------

@@ -30,9 +30,9 @@ import torch.nn.functional as F
 
 from course_utils import _validate
 from course_utils.attention import MultiHeadAttention, causal_mask
+from course_utils.data import DATA_DIR
 
 __all__ = [
-    "DATA_DIR",
     "induction_scores",
     "repeated_tokens",
     "training_batch",
@@ -52,8 +52,6 @@ __all__ = [
     "load_runs",
     "load_model",
 ]
-
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 # The lesson's model and training (scripts/train_induction.py stored runs made with these).
 # A training sequence has 2 * half_lens[1] - 1 <= max_len tokens (the last one is only a target).

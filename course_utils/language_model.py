@@ -312,7 +312,7 @@ class LanguageModel(nn.Module):
         """tokens [B, t]; caches: one ``LayerCache`` per block (then tokens are the new ones only)."""
         self._check_tokens(tokens)
         if caches is not None:
-            _validate.layer_caches(caches, len(self.blocks))
+            _validate.layer_caches(caches, len(self.blocks), LayerCache)
         x = self.token_embedding(tokens)
         for i, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[i])

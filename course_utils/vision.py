@@ -119,12 +119,7 @@ def seen_in_training(masks, training_masks):
 
 def patch_grid(image_height, image_width, patch_size):
     """(rows, cols) of patches; a clear error if the image is not a whole number of patches."""
-    p = _validate.positive_int(patch_size, "patch_size")
-    if image_height % p or image_width % p:
-        raise ValueError(
-            f"an image of {image_height}x{image_width} pixels cannot be cut into whole {p}x{p} patches: "
-            f"height and width must be multiples of patch_size={p} (crop or pad the image first)"
-        )
+    p = _validate.whole_patches(image_height, image_width, patch_size)
     return image_height // p, image_width // p
 
 

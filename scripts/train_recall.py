@@ -3,7 +3,7 @@
 Trains ``course_utils.recall.RecallModel`` with each mixer (softmax attention, linear
 attention, the delta rule, sliding-window attention, a GRU of matched parameter count)
 from each seed with the course's loop (``training.fit``), on sequences of 4 to 64 pairs,
-and stores in ``data/recall_results.json``: the settings, and per run the held-out
+and stores in ``course_utils/data/recall_results.json``: the settings, and per run the held-out
 accuracy per number of pairs (during and after training), the accuracy per distance from
 query back to pair at 64 pairs, the first losses (the test reproduces them), the parameter
 counts and the CPU seconds.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from course_utils.data import DATA_DIR
 from course_utils.recall import (
     MIXERS,
     RecallModel,
@@ -43,7 +44,7 @@ SETTINGS = {
     "eval_seed": 1000,
     "first_losses_stored": 250,
 }
-OUT = Path(__file__).resolve().parent.parent / "data" / "recall_results.json"
+OUT = DATA_DIR / "recall_results.json"
 
 
 def train_one(mixer, seed, eval_sets, settings=SETTINGS):

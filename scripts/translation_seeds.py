@@ -1,7 +1,7 @@
 """Lesson 05c's translator trained from nine seeds: where does each run take the French gender from?
 
 Run from the course folder: ``python scripts/translation_seeds.py`` (about a minute on one CPU core).
-It writes ``data/translation_seeds.json``: the settings and, for every seed, the held-out exact match,
+It writes ``course_utils/data/translation_seeds.json``: the settings and, for every seed, the held-out exact match,
 the English words that the rows writing *la*, *voiture* and *bleue* read most in *the blue car*, the
 alignment accuracy, the swap counts for the article's and the noun's vectors, and the first training
 losses. The lesson prints these results and re-trains seeds 0-2 live;
@@ -12,10 +12,10 @@ Seed s seeds both the translator's initial weights (torch.manual_seed(s)) and it
 
 import json
 import sys
-from pathlib import Path
 
 import torch
 
+from course_utils.data import DATA_DIR
 from course_utils.translation import (
     TranslationTask,
     Translator,
@@ -27,7 +27,7 @@ from course_utils.translation import (
     train,
 )
 
-OUT = Path(__file__).resolve().parent.parent / "data" / "translation_seeds.json"
+OUT = DATA_DIR / "translation_seeds.json"
 SETTINGS = {"d_model": 32, "num_heads": 2, "steps": 200, "held_out": 300, "held_out_seed": 1, "seeds": list(range(9))}
 LOSSES_KEPT = 20
 

@@ -1,7 +1,7 @@
 """Lesson 05d's tiny ViT trained from five seeds: what its [CLS] attention and the occlusion tests say in each.
 
 Run from the course folder: ``python scripts/vision_seeds.py`` (about half a minute on one CPU core).
-It writes ``data/vision_seeds.json``: the settings and, for every seed, the held-out accuracy, the share
+It writes ``course_utils/data/vision_seeds.json``: the settings and, for every seed, the held-out accuracy, the share
 of [CLS] attention on the shape's patches per layer and head, attention rollout's share, the occlusion
 accuracies, how often the last layer's most attended patch holds part of the shape, and the first
 training losses. The lesson trains seed 0 live and prints the others from here;
@@ -12,10 +12,10 @@ Seed s seeds both the model's initial weights (torch.manual_seed(s)) and its tra
 
 import json
 import sys
-from pathlib import Path
 
 import torch
 
+from course_utils.data import DATA_DIR
 from course_utils.training import fit
 from course_utils.vision import (
     SHAPE_NAMES,
@@ -29,7 +29,7 @@ from course_utils.vision import (
     shape_batches,
 )
 
-OUT = Path(__file__).resolve().parent.parent / "data" / "vision_seeds.json"
+OUT = DATA_DIR / "vision_seeds.json"
 SETTINGS = {
     "image_size": 16, "patch_size": 4, "noise": 0.1, "d_model": 32, "num_heads": 2, "num_layers": 2,
     "steps": 300, "lr": 3e-3, "held_out": 2000, "held_out_seed": 1, "seeds": [0, 2, 3, 4, 5],

@@ -3,7 +3,8 @@
 A lesson's tests are found from the lesson itself, so a new lesson needs no list:
 its notebook (strict nbval), every test whose id names the notebook (hygiene, run-all),
 the unit tests of the course_utils modules the notebook imports (tests/unit/test_<module>[_*].py),
-and every test file that names one of the lesson's exercise ids.
+and every test file that names one of the lesson's exercise ids. The completeness checks (ALWAYS) run
+for every lesson: they find what a new lesson still lacks (the README's tables, lesson 00's map, ...).
 """
 
 import ast
@@ -15,6 +16,7 @@ import nbformat
 from tests.notebook_tools import NOTEBOOK_DIR, code_cells, exercise_cells
 
 TESTS = Path(__file__).resolve().parent
+ALWAYS = {TESTS / "tools" / "test_lesson_completeness.py"}
 
 
 def lesson_notebook(lesson):
@@ -46,7 +48,7 @@ def imported_modules(nb):
 
 def lesson_test_files(nb):
     ids = {cell.metadata["exercise_id"] for cell in exercise_cells(nb)}
-    files = set()
+    files = set(ALWAYS)
     for module in imported_modules(nb):
         files.update((TESTS / "unit").glob(f"test_{module}.py"))
         files.update((TESTS / "unit").glob(f"test_{module}_*.py"))  # test_viz_data.py, test_ablation_inputs.py

@@ -438,6 +438,12 @@ _DTYPE_ADVICE = (
 )
 
 
+def expect_like(got, reference, what="output"):
+    """A dense tensor of the reference's dtype, on its device: named mistakes for anything else."""
+    expect_tensor(got, dtype=reference.dtype, what=what)
+    expect_plain(got, reference.device, what)
+
+
 def expect_same_dtype(got, dtype, what="output", context="", advice=_DTYPE_ADVICE):
     """The candidate's result keeps the input's dtype (a float64 result of float32 input is diagnose's to name)."""
     if not isinstance(got, torch.Tensor) or got.dtype == dtype or (dtype, got.dtype) == (torch.float32, torch.float64):

@@ -25,7 +25,7 @@ from course_utils.exercises.checking import (
     Mistake,
     call,
     diagnose,
-    expect_plain,
+    expect_like,
     expect_same_dtype,
     expect_tensor,
     generator,
@@ -116,8 +116,7 @@ def _split_result(got, x, h0, description):
         raise Mistake(f"{NOT_A_PAIR}; your function returned {type(got).__name__} ({description}).")
     outputs, h_last = got
     for value, what in ((outputs, "outputs"), (h_last, "h_T")):
-        expect_tensor(value, dtype=x.dtype, what=what)
-        expect_plain(value, x.device, what)
+        expect_like(value, x, what)
     if outputs.shape == (batch, d_h) and h_last.shape == (batch, steps, d_h) and steps > 1:
         raise Mistake(f"{PAIR_ORDER}: return (outputs, h_T), outputs first ({description}).")
     if outputs.shape == (batch, steps + 1, d_h):

@@ -25,6 +25,7 @@ from course_utils.exercises.checking import (
     expect_same_dtype,
     expect_tensor,
     generator,
+    randn,
 )
 
 # Distinctive phrases, one per mistake (the tests look for them).
@@ -68,10 +69,6 @@ DOC_CONTROL_FLOW = "FlexAttention calls your mask_mod on tensors"
 DOC_NOT_A_FUNCTION = "return a mask_mod function"
 
 
-def _randn(g, *shape, scale=1.0):
-    return torch.randn(*shape, generator=g) * scale
-
-
 # --------------------------------------------------------------------------- repeat_kv
 
 
@@ -93,10 +90,10 @@ def _grouped(x, n_rep):
 def check_repeat_kv(candidate):
     g = generator(8)
     cases = [
-        ("2 KV heads, n_rep 3: x [2, 2, 5, 4]", _randn(g, 2, 2, 5, 4), 3),
-        ("4 KV heads, n_rep 2: x [1, 4, 3, 8]", _randn(g, 1, 4, 3, 8), 2),
-        ("multi-query, 1 KV head, n_rep 4: x [2, 1, 6, 4]", _randn(g, 2, 1, 6, 4), 4),
-        ("n_rep 1 (plain multi-head): x [1, 3, 4, 2]", _randn(g, 1, 3, 4, 2), 1),
+        ("2 KV heads, n_rep 3: x [2, 2, 5, 4]", randn(g, 2, 2, 5, 4), 3),
+        ("4 KV heads, n_rep 2: x [1, 4, 3, 8]", randn(g, 1, 4, 3, 8), 2),
+        ("multi-query, 1 KV head, n_rep 4: x [2, 1, 6, 4]", randn(g, 2, 1, 6, 4), 4),
+        ("n_rep 1 (plain multi-head): x [1, 3, 4, 2]", randn(g, 1, 3, 4, 2), 1),
     ]
     for description, x, n_rep in cases:
         expected = _grouped(x, n_rep)
@@ -180,20 +177,20 @@ def _rope_oracle(x, positions, base=10000.0, *, pairs="half", shift=0, exponent=
 def _rope_cases():
     g = generator(9)
     return [
-        ("x [6, 8] at positions 0..5", _randn(g, 6, 8), torch.arange(6), None),
-        ("x [2, 3, 5, 16] at positions [0, 1, 2, 7, 20]", _randn(g, 2, 3, 5, 16), torch.tensor([0, 1, 2, 7, 20]), None),
-        ("x [4, 32] at positions [100, 101, 102, 103]", _randn(g, 4, 32), torch.arange(100, 104), None),
-        ("x [1, 5, 8] with base=500000", _randn(g, 1, 5, 8), torch.tensor([3, 1, 4, 1, 5]), 500000.0),
+        ("x [6, 8] at positions 0..5", randn(g, 6, 8), torch.arange(6), None),
+        ("x [2, 3, 5, 16] at positions [0, 1, 2, 7, 20]", randn(g, 2, 3, 5, 16), torch.tensor([0, 1, 2, 7, 20]), None),
+        ("x [4, 32] at positions [100, 101, 102, 103]", randn(g, 4, 32), torch.arange(100, 104), None),
+        ("x [1, 5, 8] with base=500000", randn(g, 1, 5, 8), torch.tensor([3, 1, 4, 1, 5]), 500000.0),
         (
             "float64 x [2, 4, 16] at positions [0, 5, 9, 300]",
-            _randn(g, 2, 4, 16).double(),
+            randn(g, 2, 4, 16).double(),
             torch.tensor([0, 5, 9, 300]),
             None,
         ),
-        ("float16 x [3, 8] at positions 0..2", _randn(g, 3, 8).half(), torch.arange(3), None),
+        ("float16 x [3, 8] at positions 0..2", randn(g, 3, 8).half(), torch.arange(3), None),
         (
             "bfloat16 x [2, 3, 16] at positions [4, 8, 15]",
-            _randn(g, 2, 3, 16).bfloat16(),
+            randn(g, 2, 3, 16).bfloat16(),
             torch.tensor([4, 8, 15]),
             None,
         ),
@@ -395,41 +392,41 @@ def _gqa_cases():
     return [
         (
             "4 query heads, 2 KV heads, causal",
-            _randn(g, 2, 4, s, 8),
-            _randn(g, 2, 2, s, 8),
-            _randn(g, 2, 2, s, 8),
+            randn(g, 2, 4, s, 8),
+            randn(g, 2, 2, s, 8),
+            randn(g, 2, 2, s, 8),
             positions,
             causal,
         ),
         (
             "6 query heads, 3 KV heads, no mask",
-            _randn(g, 1, 6, s, 4),
-            _randn(g, 1, 3, s, 4),
-            _randn(g, 1, 3, s, 4),
+            randn(g, 1, 6, s, 4),
+            randn(g, 1, 3, s, 4),
+            randn(g, 1, 3, s, 4),
             positions,
             None,
         ),
         (
             "4 query heads, 1 KV head (MQA), causal",
-            _randn(g, 1, 4, s, 8),
-            _randn(g, 1, 1, s, 8),
-            _randn(g, 1, 1, s, 8),
+            randn(g, 1, 4, s, 8),
+            randn(g, 1, 1, s, 8),
+            randn(g, 1, 1, s, 8),
             torch.arange(s),
             causal,
         ),
         (
             "float64, 4 query heads, 2 KV heads, causal",
-            _randn(g, 1, 4, s, 8).double(),
-            _randn(g, 1, 2, s, 8).double(),
-            _randn(g, 1, 2, s, 8).double(),
+            randn(g, 1, 4, s, 8).double(),
+            randn(g, 1, 2, s, 8).double(),
+            randn(g, 1, 2, s, 8).double(),
             positions,
             causal,
         ),
         (
             "bfloat16, 4 query heads, 2 KV heads, no mask",
-            _randn(g, 1, 4, s, 8).bfloat16(),
-            _randn(g, 1, 2, s, 8).bfloat16(),
-            _randn(g, 1, 2, s, 8).bfloat16(),
+            randn(g, 1, 4, s, 8).bfloat16(),
+            randn(g, 1, 2, s, 8).bfloat16(),
+            randn(g, 1, 2, s, 8).bfloat16(),
             positions,
             None,
         ),

@@ -26,8 +26,10 @@ from course_utils.exercises.checking import (
     close,
     diagnose,
     diagnose_batching,
-    expect_plain,
+    expect_like,
     expect_tensor,
+    generator,
+    randn,
 )
 
 __all__ = ["check_split_heads", "check_combine_heads", "check_multi_head_attention"]
@@ -174,16 +176,6 @@ def _batched(batch, run, per_sample_ok):
         raise
 
 
-def _expect_like(got, reference, what):
-    """A dense tensor of the reference's dtype, on its device: named mistakes for anything else."""
-    expect_tensor(got, dtype=reference.dtype, what=what)
-    expect_plain(got, reference.device, what)
-
-
-def _randn(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 # ----------------------------------------------------------------------------------------------
 # split_heads
 
@@ -220,7 +212,7 @@ def _check_split_case(candidate, x, h):
     got = call(candidate, x, h)
     if isinstance(got, tuple):
         raise KnownMistake("split_heads should return one tensor [B, H, S, D/H], not a tuple.")
-    _expect_like(got, x, f"result for x of shape {tuple(x.shape)}, num_heads={h}")
+    expect_like(got, x, f"result for x of shape {tuple(x.shape)}, num_heads={h}")
     _split_shape_hint(got, b, s, h, d)
     diagnose(
         got,
@@ -246,7 +238,7 @@ def _check_split_case(candidate, x, h):
 )
 def check_split_heads(candidate):
     for i, (b, s, dm, h) in enumerate(SPLIT_CASES):
-        x = _randn(b, s, dm, seed=300 + i)
+        x = randn(generator(300 + i), b, s, dm)
 
         def per_sample_ok(x=x, h=h):
             return all(_matches(lambda xb: candidate(xb, h), split_heads, x[j : j + 1], h) for j in range(x.shape[0]))
@@ -282,7 +274,7 @@ def _check_combine_case(candidate, x):
     got = call(candidate, x)
     if isinstance(got, tuple):
         raise KnownMistake("combine_heads should return one tensor [B, S, H*d], not a tuple.")
-    _expect_like(got, x, f"result for x of shape {tuple(x.shape)}")
+    expect_like(got, x, f"result for x of shape {tuple(x.shape)}")
     if isinstance(got, torch.Tensor) and tuple(got.shape) != (b, s, h * d):
         hints = {(b, s, h, d): COMBINE_NOT_MERGED}
         if h > 1:
@@ -315,7 +307,7 @@ def _check_combine_case(candidate, x):
 )
 def check_combine_heads(candidate):
     for i, (b, h, s, d) in enumerate(COMBINE_CASES):
-        x = _randn(b, h, s, d, seed=310 + i)
+        x = randn(generator(310 + i), b, h, s, d)
 
         def per_sample_ok(x=x):
             return all(_matches(candidate, combine_heads, x[j : j + 1]) for j in range(x.shape[0]))
@@ -437,7 +429,7 @@ def _make_mask(kind, batch, heads, lq, lk, seed):
         lengths = torch.arange(batch) + lk - batch
         return (torch.arange(lk)[None, :] < lengths[:, None])[:, None, None, :]
     if kind == "per_head":  # [B, H, L, L]: a different random pattern for each head, diagonal always allowed
-        allowed = _randn(batch, heads, lq, lq, seed=seed) > 0
+        allowed = randn(generator(seed), batch, heads, lq, lq) > 0
         return allowed | torch.eye(lq, dtype=torch.bool)
     raise ValueError(kind)
 
@@ -529,9 +521,9 @@ def _check_mha_case(candidate, case, seed):
     reference.eval()
 
     scale = case.get("scale", 1.0)
-    query = scale * _randn(b, lq, d, seed=seed + 1)
-    key = scale * _randn(b, lk, d, seed=seed + 2) if cross else query
-    value = scale * _randn(b, lk, d, seed=seed + 3) if cross else query
+    query = scale * randn(generator(seed + 1), b, lq, d)
+    key = scale * randn(generator(seed + 2), b, lk, d) if cross else query
+    value = scale * randn(generator(seed + 3), b, lk, d) if cross else query
     mask = _make_mask(case["mask"], b, h, lq, lk, seed + 4) if case["mask"] else None
     args = (query, key, value) + ((mask,) if mask is not None else ())
     what = f"{'cross' if cross else 'self'}-attention, batch {b}, d_model={d}, num_heads={h}, L_q={lq}, L_k={lk}" + (
@@ -554,7 +546,7 @@ def _check_mha_case(candidate, case, seed):
             if isinstance(first, torch.Tensor) and tuple(first.shape) == (b, h, lq, d // h):
                 raise KnownMistake(MHA_RETURNED_ATTENTION_PAIR)
             raise KnownMistake(MHA_TUPLE)
-        _expect_like(got, query, f"output ({what})")
+        expect_like(got, query, f"output ({what})")
         if tuple(got.shape) == (b, h, lq, d // h) and h > 1:
             raise KnownMistake(MHA_UNCOMBINED)
         expect_tensor(got, (b, lq, d), what=f"output ({what})")

@@ -3,8 +3,15 @@
 import torch
 
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_plain, expect_tensor
+from course_utils.exercises.checking import Mistake, call, diagnose, expect_like
 from course_utils.softmax import normalise_scores
+
+# Distinctive phrases, one per mistake (the tests look for them).
+BY_LARGEST = "you divided by the largest score"
+BY_COUNT = "you divided by the number of scores"
+SOFTMAXED = "you applied softmax"
+WHOLE_TENSOR = "each row must sum to 1"
+NO_KEEPDIM = "your function works for one row but not for a batch of rows"
 
 
 @exercise(
@@ -29,30 +36,29 @@ def check_normalise_scores(candidate):
             if scores.dim() > 1 and "must match the size" in str(m):
                 error = str(m).splitlines()[0]  # "your code raised RuntimeError: ..."
                 raise Mistake(
-                    "your function works for one row but not for a batch of rows: `scores.sum(dim=-1)` drops the "
+                    f"{NO_KEEPDIM}: `scores.sum(dim=-1)` drops the "
                     "summed axis, so the sums no longer line up with their rows. Keep the axis: "
                     f"`scores.sum(dim=-1, keepdim=True)`.\n({error})"
                 ) from None
             raise
         expected = normalise_scores(scores)
-        expect_tensor(got, dtype=scores.dtype, what="weights")
-        expect_plain(got, scores.device, "weights")
+        expect_like(got, scores, "weights")
         diagnose(
             got,
             expected,
             known_mistakes=[
                 (
-                    "you divided by the largest score; divide by the sum so the weights add up to 1.",
+                    f"{BY_LARGEST}; divide by the sum so the weights add up to 1.",
                     scores / scores.amax(dim=-1, keepdim=True),
                 ),
-                ("you divided by the number of scores (a mean); divide by their sum.", scores / scores.shape[-1]),
+                (f"{BY_COUNT} (a mean); divide by their sum.", scores / scores.shape[-1]),
                 (
-                    "you applied softmax: it also gives weights that sum to 1, but changes their ratios "
+                    f"{SOFTMAXED}: it also gives weights that sum to 1, but changes their ratios "
                     "(exp(3)/exp(1) is not 3/1). Here the scores are already non-negative: divide them by their sum.",
                     torch.softmax(scores, dim=-1),
                 ),
                 (
-                    "for a batch of rows, each row must sum to 1: sum over the last axis with keepdim=True, "
+                    f"for a batch of rows, {WHOLE_TENSOR}: sum over the last axis with keepdim=True, "
                     "not over the whole tensor.",
                     scores / scores.sum(),
                 ),

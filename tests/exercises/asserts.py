@@ -3,11 +3,17 @@
 from course_utils.exercises import check
 
 
-def assert_caught(exercise_id, candidate, phrase):
+def assert_caught(exercise_id, candidate, *phrases, not_phrases=()):
+    """A planted mistake gets "not yet" with every one of ``phrases`` in its message and none of ``not_phrases``."""
+    assert phrases, "say which phrase names the mistake"
     result = check(exercise_id, candidate, quiet=True)
-    assert not result.passed, f"{exercise_id}: a wrong candidate passed (expected {phrase!r})"
-    assert result.status == "not yet"
-    assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
+    assert not result.passed, f"{exercise_id}: a wrong candidate passed (expected {phrases[0]!r})"
+    assert result.status == "not yet", result.message
+    for phrase in phrases:
+        assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
+    for other in not_phrases:
+        assert other not in result.message, f"{other!r} should not be in:\n{result.message}"
+    return result
 
 
 def assert_passes(exercise_id, candidate):

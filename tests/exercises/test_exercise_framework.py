@@ -43,19 +43,6 @@ def test_view_on_non_contiguous_gets_its_own_advice():
     assert ".contiguous()" in result.message and "reshape" in result.message
 
 
-def test_known_mistakes_are_named():
-    by_max = check("normalise_scores", lambda s: s / s.amax(dim=-1, keepdim=True), quiet=True)
-    assert "largest score" in by_max.message
-    by_count = check("normalise_scores", lambda s: s / s.shape[-1], quiet=True)
-    assert "number of scores" in by_count.message
-    whole = check("normalise_scores", lambda s: s / s.sum(), quiet=True)
-    assert "each row must sum to 1" in whole.message
-    softmax = check("normalise_scores", lambda s: torch.softmax(s, dim=-1), quiet=True)
-    assert "you applied softmax" in softmax.message
-    no_keepdim = check("normalise_scores", lambda s: s / s.sum(dim=-1), quiet=True)
-    assert "keepdim=True" in no_keepdim.message and "batch of rows" in no_keepdim.message
-
-
 def test_in_place_change_of_inputs_is_caught():
     def in_place(scores):
         scores /= scores.sum(dim=-1, keepdim=True)

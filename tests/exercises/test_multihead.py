@@ -14,23 +14,11 @@ import torch.nn.functional as F
 
 from course_utils.exercises import check, checking, solution
 from course_utils.exercises import multihead as mh
+from tests.exercises.asserts import assert_caught, assert_passes
 
 
 def result_of(exercise_id, candidate):
     return check(exercise_id, candidate, quiet=True)
-
-
-def assert_passes(exercise_id, candidate):
-    result = result_of(exercise_id, candidate)
-    assert result.passed, result.message
-
-
-def assert_caught(exercise_id, candidate, phrase, not_phrases=()):
-    result = result_of(exercise_id, candidate)
-    assert not result.passed and result.status == "not yet", result.message
-    assert phrase in result.message, f"expected {phrase!r} in:\n{result.message}"
-    for other in not_phrases:
-        assert other not in result.message, f"{other!r} should not be in:\n{result.message}"
 
 
 # ------------------------------------------------------------------------------------------

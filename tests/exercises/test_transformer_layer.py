@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from course_utils.exercises import check, solution
 from course_utils.exercises import transformer_layer as tl
+from tests.exercises.asserts import assert_caught
 
 ID = "encoder_layer_forward"
 
@@ -91,59 +92,51 @@ def test_stub_is_not_attempted():
     assert run(stub).status == "not attempted"
 
 
-def assert_caught(candidate, *needles):
-    result = run(candidate)
-    assert not result.passed and result.status == "not yet", result.message
-    for needle in needles:
-        assert needle in result.message, f"expected {needle!r} in: {result.message}"
-    return result
-
-
 def test_missing_attention_residual():
-    assert_caught(planted(attention_residual=False), tl.NO_ATTENTION_RESIDUAL)
+    assert_caught(ID, planted(attention_residual=False), tl.NO_ATTENTION_RESIDUAL)
 
 
 def test_missing_feed_forward_residual():
-    assert_caught(planted(ffn_residual=False), tl.NO_FFN_RESIDUAL)
+    assert_caught(ID, planted(ffn_residual=False), tl.NO_FFN_RESIDUAL)
 
 
 def test_pre_and_post_norm_mixed_up():
     # always post-norm: passes the post-norm cases, caught on the pre-norm layer
-    assert_caught(planted(honour_norm_first=False), tl.WANTS_PRE_NORM)
+    assert_caught(ID, planted(honour_norm_first=False), tl.WANTS_PRE_NORM)
 
     def always_pre(layer, x, mask=None):
         h = x + layer.dropout(layer.self_attention(*(layer.norm1(x),) * 3, mask))
         return h + layer.dropout(layer.feed_forward(layer.norm2(h)))
 
-    assert_caught(always_pre, tl.WANTS_POST_NORM)
+    assert_caught(ID, always_pre, tl.WANTS_POST_NORM)
 
 
 def test_norm_before_the_residual_add():
-    assert_caught(planted(norm_then_add=True), tl.NORM_BEFORE_ADD)
+    assert_caught(ID, planted(norm_then_add=True), tl.NORM_BEFORE_ADD)
 
 
 def test_pre_norm_overwrites_residual_stream():
-    assert_caught(planted(pre_overwrites_stream=True), tl.PRE_NORM_STREAM)
+    assert_caught(ID, planted(pre_overwrites_stream=True), tl.PRE_NORM_STREAM)
 
 
 def test_pre_norm_with_final_norm():
-    assert_caught(planted(pre_final_norm=True), tl.PRE_FINAL_NORM)
+    assert_caught(ID, planted(pre_final_norm=True), tl.PRE_FINAL_NORM)
 
 
 def test_norms_swapped():
-    assert_caught(planted(swap_norms=True), tl.NORMS_SWAPPED)
+    assert_caught(ID, planted(swap_norms=True), tl.NORMS_SWAPPED)
 
 
 def test_mask_not_passed():
-    assert_caught(planted(pass_mask=False), tl.MASK_UNUSED)
+    assert_caught(ID, planted(pass_mask=False), tl.MASK_UNUSED)
 
 
 def test_own_dropout_active_in_eval():
-    assert_caught(planted(own_dropout=True), tl.OWN_DROPOUT, "layer.dropout")
+    assert_caught(ID, planted(own_dropout=True), tl.OWN_DROPOUT, "layer.dropout")
 
 
 def test_layer_dropout_left_out_in_training():
-    assert_caught(planted(layer_dropout=False), tl.NO_LAYER_DROPOUT)
+    assert_caught(ID, planted(layer_dropout=False), tl.NO_LAYER_DROPOUT)
 
 
 def test_dropout_on_the_residual_sum():
@@ -157,16 +150,16 @@ def test_dropout_on_the_residual_sum():
         x = layer.norm1(layer.dropout(x + attend(x)))
         return layer.norm2(layer.dropout(x + layer.feed_forward(x)))
 
-    assert_caught(candidate, tl.DROPOUT_ON_SUM, "before the residual addition")
+    assert_caught(ID, candidate, tl.DROPOUT_ON_SUM, "before the residual addition")
 
 
 def test_calling_the_layer_itself_is_refused():
-    assert_caught(planted(call_layer=True), tl.LAYER_CALLED)
+    assert_caught(ID, planted(call_layer=True), tl.LAYER_CALLED)
 
 
 def test_wrong_shape_and_exceptions_are_explained():
-    assert_caught(lambda layer, x, mask=None: x[:, 0], "shape")
-    assert_caught(lambda layer, x, mask=None: layer.feed_forward(x.transpose(1, 2)), "raised")
+    assert_caught(ID, lambda layer, x, mask=None: x[:, 0], "shape")
+    assert_caught(ID, lambda layer, x, mask=None: layer.feed_forward(x.transpose(1, 2)), "raised")
 
 
 def test_check_leaves_global_random_state_alone():

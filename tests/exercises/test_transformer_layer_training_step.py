@@ -14,6 +14,7 @@ from course_utils.exercises import check, solution
 from course_utils.exercises import transformer_layer as tl
 from course_utils.toy_task import ToyTask, train, training_step
 from course_utils.transformer import TinyTransformer
+from tests.exercises.asserts import assert_caught
 
 ID = "training_step"
 
@@ -78,13 +79,6 @@ def planted(**switches):
     return candidate
 
 
-def assert_caught(candidate, *needles):
-    result = run(candidate)
-    assert not result.passed and result.status == "not yet", result.message
-    for needle in needles:
-        assert needle in result.message, f"expected {needle!r} in: {result.message}"
-
-
 def test_reference_solution_passes():
     assert solution(ID) is training_step
     result = run(training_step)
@@ -105,64 +99,64 @@ def test_stub_is_not_attempted():
 
 
 def test_gradients_accumulate_without_zero_grad():
-    assert_caught(planted(zero_grad="never"), tl.STALE_GRADIENTS, "zero_grad")
+    assert_caught(ID, planted(zero_grad="never"), tl.STALE_GRADIENTS, "zero_grad")
 
 
 def test_zero_grad_between_backward_and_step():
-    assert_caught(planted(zero_grad="after backward"), tl.NO_GRADIENTS, "BEFORE backward")
+    assert_caught(ID, planted(zero_grad="after backward"), tl.NO_GRADIENTS, "BEFORE backward")
 
 
 def test_backward_forgotten():
-    assert_caught(planted(backward=False), tl.NO_GRADIENTS, "loss.backward()")
+    assert_caught(ID, planted(backward=False), tl.NO_GRADIENTS, "loss.backward()")
 
 
 def test_step_forgotten():
-    assert_caught(planted(step="never"), tl.NO_STEP, "optimizer.step()")
+    assert_caught(ID, planted(step="never"), tl.NO_STEP, "optimizer.step()")
 
 
 @pytest.mark.parametrize("zero_grad", ["before backward", "never"])
 def test_step_before_backward(zero_grad):
-    assert_caught(planted(step="before backward", zero_grad=zero_grad), tl.STEP_BEFORE_BACKWARD)
+    assert_caught(ID, planted(step="before backward", zero_grad=zero_grad), tl.STEP_BEFORE_BACKWARD)
 
 
 def test_loss_over_the_wrong_axis():
-    assert_caught(planted(loss="no reshape"), tl.CLASSES_ON_AXIS_1)
+    assert_caught(ID, planted(loss="no reshape"), tl.CLASSES_ON_AXIS_1)
 
 
 def test_flattened_to_the_wrong_row_length():
-    assert_caught(planted(loss="rows of seq_len"), tl.ROWS_DIFFER, "reshape(-1, logits.shape[-1])")
+    assert_caught(ID, planted(loss="rows of seq_len"), tl.ROWS_DIFFER, "reshape(-1, logits.shape[-1])")
 
 
 def test_summed_loss():
-    assert_caught(planted(loss="sum"), tl.LOSS_SUMMED)
+    assert_caught(ID, planted(loss="sum"), tl.LOSS_SUMMED)
 
 
 def test_softmax_before_cross_entropy():
-    assert_caught(planted(loss="softmax first"), tl.SOFTMAX_FIRST)
+    assert_caught(ID, planted(loss="softmax first"), tl.SOFTMAX_FIRST)
 
 
 def test_nll_loss_on_logits():
-    assert_caught(planted(loss="nll on logits"), tl.NLL_ON_LOGITS)
+    assert_caught(ID, planted(loss="nll on logits"), tl.NLL_ON_LOGITS)
 
 
 def test_scrambled_flatten():
-    assert_caught(planted(loss="transposed flatten"), tl.PAIRED_WRONGLY)
+    assert_caught(ID, planted(loss="transposed flatten"), tl.PAIRED_WRONGLY)
 
 
 def test_returning_the_tensor():
-    assert_caught(planted(returns="tensor"), tl.RETURN_FLOAT, "not the tensor")
+    assert_caught(ID, planted(returns="tensor"), tl.RETURN_FLOAT, "not the tensor")
 
 
 def test_returning_nothing():
-    assert_caught(planted(returns="nothing"), "returned None", tl.RETURN_FLOAT)
+    assert_caught(ID, planted(returns="nothing"), "returned None", tl.RETURN_FLOAT)
 
 
 def test_returning_the_loss_after_the_update():
-    assert_caught(planted(returns="loss after the update"), tl.LOSS_AFTER_UPDATE)
+    assert_caught(ID, planted(returns="loss after the update"), tl.LOSS_AFTER_UPDATE)
 
 
 def test_model_left_in_eval_mode():
-    assert_caught(planted(train_mode=False), tl.LEFT_IN_EVAL, "model.train()")
+    assert_caught(ID, planted(train_mode=False), tl.LEFT_IN_EVAL, "model.train()")
 
 
 def test_check_is_fast_and_leaves_global_random_state_alone():

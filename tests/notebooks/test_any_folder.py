@@ -1,8 +1,8 @@
 """Every lesson runs from any folder: no code cell reads a file by a path relative to where it runs.
 
 A learner's copy of a lesson (or the grader's) runs outside notebooks/, so a cell that opens
-"../data/x.json" fails there. Stored files are read through course_utils (data_path, or a module's
-loader such as recall.stored_results()), which finds data/ from the package itself.
+"../course_utils/data/x.json" fails there. Stored files are read through course_utils (data_path, or a module's
+loader such as recall.stored_results()), which finds its data/ folder from the package itself.
 The scan reads every notebook's code; lesson 12, which used to read its table by such a path,
 also runs from a temporary folder up to the cell that loads the table.
 """
@@ -19,7 +19,7 @@ from tests.notebook_tools import ROOT, lesson_notebooks
 
 NOTEBOOKS = lesson_notebooks() + sorted((ROOT / "templates").glob("*.ipynb"))
 TOP_FOLDERS = "|".join(sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")))
-# "../x", "./x", or a path into one of the repository's own folders ("data/x.json")
+# "../x", "./x", or a path into one of the repository's own folders ("course_utils/data/x.json")
 RELATIVE = re.compile(rf"^(\.\.?/|({TOP_FOLDERS})/)")
 FILE_NAME = re.compile(r"(/|\.[A-Za-z0-9]{1,10}$)")  # a folder in it, or an extension
 READERS = re.compile(r"^(open|Path|PurePath|read_\w*|load\w*|fromfile)$")  # what reads the file it is given
@@ -50,7 +50,7 @@ def relative_paths(source):
     "source, expected",
     [
         ('stored = json.loads(Path("../data/recall_results.json").read_text())', ["../data/recall_results.json"]),
-        ('with open("data/x.json") as f:\n    pass', ["data/x.json"]),
+        ('with open("course_utils/data/x.json") as f:\n    pass', ["course_utils/data/x.json"]),
         ('table = pd.read_csv("results.csv")', ["results.csv"]),
         ("weights = torch.load(f='./w.pt')", ["./w.pt"]),
         ('runs = json.loads(data_path("long_range_seeds.json").read_text())', []),

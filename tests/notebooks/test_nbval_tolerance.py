@@ -3,7 +3,7 @@
 A cell marked NBVAL_TOLERANCE compares its numbers within the tolerance and everything else exactly;
 every other cell stays exact. The tests show each half can fail: a number moved within the tolerance
 passes, a number doubled fails (also in every marked cell of the lessons, on its committed output),
-and each marker is backed by the spread measured across perturbations (data/nbval_spread.json).
+and each marker is backed by the spread measured across perturbations (tests/nbval_spread.json).
 """
 
 import json
@@ -19,7 +19,7 @@ from tests.nbval_tolerance import Tolerance, number_pairs, parse, within
 from tests.notebook_tools import ROOT
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
-SPREAD = json.loads((ROOT / "data" / "nbval_spread.json").read_text())
+SPREAD = json.loads((ROOT / "tests" / "nbval_spread.json").read_text())
 
 
 def _stream(text):
@@ -98,7 +98,7 @@ def test_a_doubled_number_in_a_marked_cell_still_fails(name, number, cell, toler
 
 
 def _spread_cells():
-    """{(notebook, cell): [(perturbation on machine, measured cell), ...]} from data/nbval_spread.json."""
+    """{(notebook, cell): [(perturbation on machine, measured cell), ...]} from tests/nbval_spread.json."""
     cells = {}
     for machine, runs in SPREAD["machines"].items():
         for run, measured in runs.items():

@@ -1,4 +1,4 @@
-"""Lesson 06b's stored controls (data/head_ablation_controls.json) and the helpers that read them.
+"""Lesson 06b's stored controls (course_utils/data/head_ablation_controls.json) and the helpers that read them.
 
 The file is made by scripts/head_ablation_controls.py; here its first draws and one layer of
 its per-pair cosines are recomputed and must match, and the bootstrap helpers are checked

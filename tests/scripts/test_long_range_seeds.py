@@ -1,4 +1,4 @@
-"""scripts/long_range_seeds.py reproduces its stored results (data/long_range_seeds.json)."""
+"""scripts/long_range_seeds.py reproduces its stored results (course_utils/data/long_range_seeds.json)."""
 
 import json
 import sys
@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.data import data_path
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import long_range_seeds  # noqa: E402
 
-STORED = json.loads((ROOT / "data" / "long_range_seeds.json").read_text())
+STORED = json.loads(data_path("long_range_seeds.json").read_text())
 
 
 def test_stored_settings_are_the_scripts():

@@ -1,4 +1,4 @@
-"""scripts/vision_seeds.py reproduces its stored results (data/vision_seeds.json), seed 0 here."""
+"""scripts/vision_seeds.py reproduces its stored results (course_utils/data/vision_seeds.json), seed 0 here."""
 
 import json
 import sys
@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.data import data_path
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import vision_seeds  # noqa: E402
 
-STORED = json.loads((ROOT / "data" / "vision_seeds.json").read_text())
+STORED = json.loads(data_path("vision_seeds.json").read_text())
 
 
 def test_stored_settings_are_the_scripts():

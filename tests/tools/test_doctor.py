@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import doctor
+from course_utils.tools import doctor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_without_pytorch_it_still_reports_and_exits_1(tmp_path):
 
     venv.create(tmp_path / "bare", with_pip=False)
     python = tmp_path / "bare" / "bin" / "python"
-    done = subprocess.run([str(python), "course_utils/doctor.py"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([str(python), "-m", "course_utils.tools.doctor"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "FIX  PyTorch does not import" in done.stdout and "make install" in done.stdout
 

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
-from course_utils.grade import grade_folder, markdown
+from course_utils.tools.grade import grade_folder, markdown
 from tests.tools.learner_notebooks import RIGHT, ROOT, STUB, WRONG, lesson, save
 
 
@@ -49,7 +49,7 @@ def test_grade_exit_status_and_reports(tmp_path):
     folder = tmp_path / "learner"
     save(folder, "01_two_exercises.ipynb", nb)
     out = tmp_path / "report"
-    command = [sys.executable, "-m", "course_utils.grade", str(folder), "--out", str(out)]
+    command = [sys.executable, "-m", "course_utils.tools.grade", str(folder), "--out", str(out)]
     strict = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert strict.returncode == 1, strict.stdout + strict.stderr
     lenient = subprocess.run(command + ["--allow-not-attempted"], cwd=ROOT, capture_output=True, text=True)
@@ -123,7 +123,7 @@ def test_make_grade_reads_a_folder_whose_name_has_a_space(tmp_path):
     dry = subprocess.run(
         make + [f"NOTEBOOKS_DIR={folder}", f"PY={sys.executable}"], cwd=ROOT, capture_output=True, text=True
     )
-    (command,) = [line for line in dry.stdout.splitlines() if "course_utils.grade" in line]
+    (command,) = [line for line in dry.stdout.splitlines() if "course_utils.tools.grade" in line]
     done = subprocess.run(
         ["bash", "-c", f"{command} --out {shlex.quote(str(out))}"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )

@@ -9,7 +9,7 @@ import sys
 
 from nbformat.v4 import new_code_cell
 
-from course_utils.grade import main
+from course_utils.tools.grade import main
 from tests.tools.learner_notebooks import RIGHT, ROOT, STUB, WRONG, lesson, save
 
 # ---------------------------------------------------------------- a class's submissions, as an instructor gets them
@@ -60,7 +60,7 @@ def _submissions(root):
 def test_grade_a_class_one_notebook_never_costs_the_others(tmp_path):
     _submissions(tmp_path / "submissions")
     out = tmp_path / "report"
-    command = [sys.executable, "-m", "course_utils.grade", str(tmp_path / "submissions"), "--out", str(out)]
+    command = [sys.executable, "-m", "course_utils.tools.grade", str(tmp_path / "submissions"), "--out", str(out)]
     done = subprocess.run(command + ["--time-limit", "15"], cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 1, done.stdout + done.stderr
     ana = {r["notebook"]: r for r in json.loads((out / "ana" / "grade.json").read_text())}
@@ -137,7 +137,7 @@ def test_file_names_that_are_not_utf8_lose_no_learner(tmp_path):
     (cafe / os.fsdecode(b"01_\xe9t\xe9.ipynb")).write_text("")
     (submissions / "zoe").mkdir()
     (submissions / "zoe" / "01_empty.ipynb").write_text("")
-    command = [sys.executable, "-m", "course_utils.grade", str(submissions), "--out", str(out)]
+    command = [sys.executable, "-m", "course_utils.tools.grade", str(submissions), "--out", str(out)]
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}  # a UTF-8 terminal
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr

@@ -10,7 +10,7 @@ import pytest
 from jupyter_client.provisioning.local_provisioner import LocalPortCache
 from nbclient import NotebookClient
 
-from course_utils.grade import KERNEL_TRIES, grade_notebook, markdown
+from course_utils.tools.grade import KERNEL_TRIES, grade_notebook, markdown
 from tests.tools.learner_notebooks import RIGHT, lesson, save
 
 

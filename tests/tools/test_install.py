@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from course_utils.bootstrap import python_problem, venv_problem
+from course_utils.tools.bootstrap import python_problem, venv_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def test_venv_whose_python_does_not_start_must_be_rebuilt(tmp_path):
 def test_bootstrap_script_exits_1_with_a_message(tmp_path):
     venv.create(tmp_path / "half", with_pip=False)
     done = subprocess.run(
-        [sys.executable, "course_utils/bootstrap.py", "venv", str(tmp_path / "half")],
+        [sys.executable, "course_utils/tools/bootstrap.py", "venv", str(tmp_path / "half")],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
-from course_utils.progress import notebook_progress, progress_table
+from course_utils.tools.progress import notebook_progress, progress_table
 from tests.tools.learner_notebooks import RIGHT, ROOT, STUB, WRONG, lesson, printed, save
 
 
@@ -86,17 +86,17 @@ def test_progress_skips_what_it_cannot_read_and_shows_the_rest(tmp_path):
     assert "01_good-Copy1" not in table.split("\n\n")[0]  # not a row of the table
     assert "not counted: JupyterLab's copies 01_good-Copy1.ipynb" in table
     done = subprocess.run(
-        [sys.executable, "course_utils/progress.py", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "course_utils.tools.progress", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr and "2 of 2 exercises passed" in done.stdout
 
 
 def test_make_progress_is_fast_and_reads_the_course(tmp_path):
     done = subprocess.run(
-        [sys.executable, "course_utils/progress.py"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        [sys.executable, "-m", "course_utils.tools.progress"], cwd=ROOT, capture_output=True, text=True, timeout=10
     )
     assert done.returncode == 0 and "scaled_dot_product_attention" in done.stdout
-    assert "import torch" not in (ROOT / "course_utils" / "progress.py").read_text()  # stays well under 2 s
+    assert "import torch" not in (ROOT / "course_utils" / "tools" / "progress.py").read_text()  # stays well under 2 s
 
 
 def _damaged(nb, change):
@@ -128,7 +128,7 @@ def test_progress_names_a_damaged_cell_and_keeps_the_table(tmp_path):
     for name, (_, why) in damaged.items():
         assert f"! {name}.ipynb: skipped {why}" in table, table
     done = subprocess.run(
-        [sys.executable, "course_utils/progress.py", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "course_utils.tools.progress", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr and "1 of 3 exercises passed" in done.stdout
 
@@ -149,7 +149,11 @@ def test_progress_shows_a_file_name_that_is_not_utf8(tmp_path):
     save(tmp_path, "02_next.ipynb", lesson(STUB))
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}  # a UTF-8 terminal
     done = subprocess.run(
-        [sys.executable, "course_utils/progress.py", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, env=env
+        [sys.executable, "-m", "course_utils.tools.progress", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "01_caf\\xe9 " in done.stdout and "02_next " in done.stdout and "1 of 2 exercises passed" in done.stdout

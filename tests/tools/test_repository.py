@@ -14,6 +14,7 @@ from packaging.utils import canonicalize_name
 from course_utils.exercises import exercise_ids
 from tests.notebook_tools import exercise_cells, lesson_notebooks
 from tests.notebooks import test_notebook_hygiene as hygiene
+from tests.tools.test_lesson_completeness import _stated_minutes
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -21,43 +22,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import clean_notebooks  # noqa: E402
 import lesson_times  # noqa: E402
 import lock_requirements  # noqa: E402
-
-
-def _table_after(heading):
-    """Rows of the first markdown table after a heading, as lists of cells."""
-    section = README.split(heading, 1)[1]
-    rows = []
-    for line in section.splitlines():
-        if line.startswith("|"):
-            rows.append([cell.strip() for cell in line.strip("|").split("|")])
-        elif rows:
-            break
-    return [r for r in rows[2:]]  # without the header and the --- line
-
-
-def _lesson(path):
-    return path.name.split("_", 1)[0]
-
-
-def _stated_minutes(nb):
-    """The notebook's own time, in minutes: 'About 85 minutes' -> '85', 'About 2.5-3 hours' -> '150-180'."""
-    opening = next(c.source for c in nb.cells if c.cell_type == "markdown")
-    match = re.search(r"\*\*Time[^*]*\*\*\s*About ([\d.]+(?:-[\d.]+)?) (minutes|hours)", opening)
-    assert match, f"the opening cell should say '**Time.** About N minutes' (or hours): {opening[:200]!r}"
-    per_unit = 60 if match.group(2) == "hours" else 1
-    return "-".join(f"{float(n) * per_unit:g}" for n in match.group(1).split("-"))
-
-
-def test_readme_lesson_map_lists_every_notebook_with_its_time():
-    rows = {row[0]: row for row in _table_after("## Lesson map")}
-    notebooks = {_lesson(p): p for p in lesson_notebooks()}
-    assert sorted(rows) == sorted(notebooks), "the README's lesson map and notebooks/ list different lessons"
-    for lesson, path in notebooks.items():
-        row = rows[lesson]
-        assert row[1] == f"`{path.stem}`", f"lesson {lesson}: the map names {row[1]}, the file is {path.stem}"
-        minutes = _stated_minutes(nbformat.read(path, as_version=4))
-        stated = row[-1].split(" ", 1)[0]
-        assert stated == minutes, f"lesson {lesson}: the map says {row[-1]} min, the notebook says {minutes}"
 
 
 def _sized_lesson():
@@ -99,17 +63,6 @@ def test_a_time_estimated_by_the_script_is_what_the_script_estimates(nb_path):
         f"{nb_path.name} states {stated_low}-{stated_high} minutes, scripts/lesson_times.py estimates {low}-{high}: "
         f"paste the sentence it prints ({lesson_times.time_sentence(nb)!r}) and the README's minutes"
     )
-
-
-def test_readme_exercise_table_matches_the_notebooks():
-    rows = {row[0]: set(re.findall(r"`(\w+)`", row[1])) for row in _table_after("## How exercises and checkers work")}
-    in_notebooks = {}
-    for path in lesson_notebooks():
-        ids = {c.metadata["exercise_id"] for c in exercise_cells(nbformat.read(path, as_version=4))}
-        if ids:
-            in_notebooks[_lesson(path)] = ids
-    assert rows == in_notebooks, "the README's exercise table differs from the notebooks' exercise cells"
-    assert set().union(*rows.values()) == set(exercise_ids())
 
 
 @pytest.mark.parametrize("exercise_id", exercise_ids())
@@ -227,6 +180,21 @@ def test_the_lesson_template_follows_the_lesson_rules():
     assert _stated_minutes(nbformat.read(TEMPLATE, as_version=4)) == "60"  # a copied template passes the map test
 
 
+def test_the_template_names_its_stub_by_its_exercise_id_and_reads_the_reference_through_its_module():
+    """A stub named like its exercise id, so the learner's function and the course's never share a name:
+    later cells read the reference as module.name (import course_utils.x as x), which no stub replaces."""
+    nb = nbformat.read(TEMPLATE, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    (stub,) = exercise_cells(nb)
+    exercise_id = stub.metadata["exercise_id"]
+    assert re.search(rf"^def {exercise_id}\(", stub.source, re.MULTILINE), "the stub is named like its exercise id"
+    assert f'check("{exercise_id}", {exercise_id})' in "\n".join(code)
+    after = "\n".join(code[code.index(stub.source) + 1 :])
+    module = re.search(r"^import course_utils\.(\w+) as (\w+)", after, re.MULTILINE)
+    assert module and f"{module.group(2)}.{exercise_id}(" in after, "later cells use module.exercise_id"
+    assert not re.search(rf"from course_utils\S* import .*\b{exercise_id}\b", "\n".join(code))
+
+
 def test_the_commit_hook_refuses_a_long_subject(tmp_path):
     hook = ROOT / ".githooks" / "commit-msg"
     cases = {"A short subject\n\nThe reasoning.\n": 0, "x" * 73 + "\n": 1, "Subject\nno blank line\n": 1, "\n": 1}
@@ -247,6 +215,7 @@ def test_test_lesson_selects_one_lessons_tests():
     assert ROOT / "tests" / "unit" / "test_translation.py" in files
     assert ROOT / "tests" / "unit" / "test_flash.py" not in files
     assert {"cross_attention", "decode_greedily"} <= ids
+    assert ROOT / "tests" / "tools" / "test_lesson_completeness.py" in files  # for every lesson
     files_04, _ = lesson_test_files(nbformat.read(lesson_notebook("04"), as_version=4))
     assert ROOT / "tests" / "unit" / "test_viz_data.py" in files_04  # a module's second unit-test file
     with pytest.raises(ValueError, match="lessons:"):

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import language_model as lm
+from course_utils.data import data_path
 from course_utils.stories import StoryRandom, story_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -273,7 +274,7 @@ def test_stored_weights_give_the_stored_validation_loss(seed):
     loss = lm.evaluate_loss(model, valid, stored["settings"]["context"])
     assert loss == pytest.approx(stored["runs"][str(seed)]["validation_loss"], abs=1e-4)
     assert loss < stored["bigram_validation_loss"] < stored["unigram_validation_loss"]
-    assert (ROOT / "data" / lm.weights_file(seed)).stat().st_size < 700_000
+    assert data_path(lm.weights_file(seed)).stat().st_size < 700_000
 
 
 def test_load_trained_model_refuses_an_unknown_seed():

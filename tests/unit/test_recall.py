@@ -1,11 +1,11 @@
 """course_utils.recall and scripts/train_recall.py: the task, the five models, and the stored results."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
+from course_utils.data import data_path
 from course_utils.recall import (
     MIXERS,
     NUM_KEYS,
@@ -21,7 +21,7 @@ from course_utils.recall import (
     train_on_recall,
 )
 
-RESULTS = Path(__file__).resolve().parents[2] / "data" / "recall_results.json"
+RESULTS = data_path("recall_results.json")
 
 
 def test_recall_sequences_by_hand():

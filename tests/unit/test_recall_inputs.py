@@ -2,12 +2,12 @@
 where it used to run on (token ids without the pair axis, a key or value outside the vocabulary)."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from course_utils import recall
+from course_utils.data import data_path
 from course_utils.recall import MIXERS, NUM_KEYS, NUM_VALUES, QUESTION, RecallModel, recall_sequences
 
 
@@ -75,5 +75,5 @@ def test_accuracy_by_distance_wants_one_batch():
 
 def test_stored_results_are_the_file_in_data_and_do_not_depend_on_the_working_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    expected = json.loads((Path(__file__).resolve().parents[2] / "data" / recall.RESULTS_FILE).read_text())
+    expected = json.loads(data_path(recall.RESULTS_FILE).read_text())
     assert recall.stored_results() == expected

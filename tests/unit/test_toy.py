@@ -1,4 +1,4 @@
-"""The toy sentence: the slide's Orange row, computed (not stored) from data/orange_toy.json."""
+"""The toy sentence: the slide's Orange row, computed (not stored) from course_utils/data/orange_toy.json."""
 
 import json
 import math

@@ -1,7 +1,7 @@
 """My progress: which exercises my saved notebooks show as passed, without running anything.
 
-    make progress                      # or: python -m course_utils.progress [folder]
-    from course_utils.progress import progress; progress()     # in a notebook
+    make progress                      # or: python -m course_utils.tools.progress [folder]
+    from course_utils.tools.progress import progress; progress()     # in a notebook
 
 It reads what each check cell printed the last time it ran (JupyterLab saves outputs with the
 notebook), so save the notebook (Ctrl+S) after running a check. It warns when a saved result may
@@ -18,7 +18,7 @@ import stat
 import sys
 from pathlib import Path
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 # what `check` prints: "PASSED [id] ...", "NOT YET [id] ...", "NOT ATTEMPTED YET [id] ..."
 _RESULT = re.compile(r"^(PASSED|NOT ATTEMPTED YET|NOT YET) \[([\w.-]+)\]", re.MULTILINE)
 _STATUS = {"PASSED": "passed", "NOT YET": "not yet", "NOT ATTEMPTED YET": "not attempted"}

@@ -2,7 +2,7 @@
 
     make grade                                  # notebooks/, report in artifacts/grade/
     make grade NOTEBOOKS_DIR=submissions ALLOW_NOT_ATTEMPTED=1 GRADE_TIME_LIMIT=120
-    python -m course_utils.grade FOLDER [--out DIR] [--allow-not-attempted] [--time-limit SECONDS]
+    python -m course_utils.tools.grade FOLDER [--out DIR] [--allow-not-attempted] [--time-limit SECONDS]
 
 FOLDER holds one learner's notebooks, or one folder per learner (``submissions/<name>/``): every
 learner is graded in the same run, with a report of their own (``<out>/<name>/grade.md`` and
@@ -15,7 +15,7 @@ cannot patch them) and checks the function or class each exercise cell defines. 
 prints is never read as a result: a check cell that was edited, or that prints "PASSED" itself,
 changes nothing. Functions the checks compare with (``torch.allclose``, ``torch.equal``, ...) are
 recorded before the learner's first cell and put back before each check; a notebook that replaced
-them is reported as tampered (course_utils/tamper_guard.py).
+them is reported as tampered (course_utils/exercises/tamper_guard.py).
 
 One notebook never costs the others: each runs in a folder of its own (deleting it harms no other);
 a cell that raises stops that notebook (the exercises defined before it are still graded); a notebook
@@ -48,9 +48,9 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.progress import damage, kind, lesson_notebooks, shown
+from course_utils.tools.progress import damage, kind, lesson_notebooks, shown
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OK = {"passed"}
 TIME_LIMIT_S = 300  # a notebook's own cells, all together; the checks after them have their own limits
 CHECK_BUDGET_S = 60  # the grading cell: per exercise (each check stops learner code after 30 s)
@@ -58,7 +58,7 @@ KERNEL_TRIES = 3  # kernels started for one notebook before it is reported "kern
 
 # Runs first, before the learner's cells: the originals of what the checks compare with.
 # {token} is new each run, so no notebook can know the names.
-_GUARD_CELL = "import course_utils.tamper_guard as _guard_{token}\n_restore_{token} = _guard_{token}.restore"
+_GUARD_CELL = "import course_utils.exercises.tamper_guard as _guard_{token}\n_restore_{token} = _guard_{token}.restore"
 
 # Runs in the learner's kernel after their cells. {marker} is new each run, so no notebook can print it.
 _GRADER_CELL = """

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional
 import torch.testing
 
+from course_utils.exercises.checking import is_learner_code
+
 __all__ = ["restore", "guarded", "message"]
 
 # The namespaces a checker's verdict depends on. Modules: their public functions and classes;
@@ -53,8 +55,6 @@ def _wrapped(value):
 
 def _is_learner_code(value):
     """True if ``value``, or anything it wraps, is a function written in the notebook."""
-    from course_utils.exercises.checking import is_learner_code  # late: course_utils.exercises may import this
-
     codes = [getattr(v, "__code__", None) for v in _wrapped(value)] if callable(value) else []
     return any(code is not None and is_learner_code(code) for code in codes)
 

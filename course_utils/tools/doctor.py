@@ -1,6 +1,6 @@
 """What is wrong with this machine for the course, and how to fix it: `make doctor`.
 
-    make doctor                      # or: .venv/bin/python course_utils/doctor.py
+    make doctor                      # or: .venv/bin/python -m course_utils.tools.doctor
 
 Each line is `ok`, `FIX` (the course will not work until you do what it says) or `note` (an
 optional part, e.g. the browser test). Paste the whole output into a bug report. Exit status 1
@@ -21,10 +21,9 @@ import sysconfig
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the course's package, also when run as a plain script
+from course_utils.tools.bootstrap import python_problem  # standard library only
 
-from course_utils.bootstrap import python_problem  # noqa: E402  (standard library only)
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: .venv, requirements.txt, notebooks/
 
 # `make install` does nothing while its stamp exists: removing the stamp makes it install again,
 # which puts back every package that is missing or at another version than its pin

@@ -1,14 +1,20 @@
-"""Where the small files the lessons load live (the repository's data/ folder)."""
+"""The small files the lessons load: stored results of the training scripts, weights, the toy.
+
+They live in this folder, inside the package, so they are found wherever course_utils is: in the
+checkout (`make install`), in an editable install, or installed from its wheel (`pip install .`).
+"""
 
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = Path(__file__).resolve().parent
 
 
 def data_path(name):
     path = DATA_DIR / name
     if not path.exists():
-        raise FileNotFoundError(f"course data file {name!r} not found in {DATA_DIR}; is your checkout complete?")
+        raise FileNotFoundError(
+            f"course data file {name!r} not found in {DATA_DIR}; is your checkout, or your install, complete?"
+        )
     return path
 
 

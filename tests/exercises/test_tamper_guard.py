@@ -1,4 +1,4 @@
-"""A check cannot be passed by replacing the functions it compares with (course_utils.tamper_guard)."""
+"""A check cannot be passed by replacing the functions it compares with (course_utils.exercises.tamper_guard)."""
 
 import builtins
 import subprocess
@@ -9,8 +9,7 @@ import pytest
 import torch
 import torch.testing
 
-from course_utils import tamper_guard
-from course_utils.exercises import check
+from course_utils.exercises import check, tamper_guard
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,7 +91,7 @@ def test_a_library_wrapping_a_function_is_not_tampering():
     assert tamper_guard.restore() == ["torch.manual_seed"] and torch.manual_seed is original
     # torch._dynamo wraps torch.manual_seed when it loads (lesson 09's imports load it): not the learner
     code = (
-        "import sys, torch\nfrom course_utils import tamper_guard\nassert 'torch._dynamo' not in sys.modules\n"
+        "import sys, torch\nfrom course_utils.exercises import tamper_guard\nassert 'torch._dynamo' not in sys.modules\n"
         "seed = torch.manual_seed\nimport torch._dynamo\nassert torch.manual_seed is not seed\n"
         "print(tamper_guard.restore())"
     )

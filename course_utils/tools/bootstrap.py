@@ -1,7 +1,7 @@
 """Checks `make install` runs before it installs anything (standard library only).
 
-    python3 course_utils/bootstrap.py python         # is this Python one the pins can serve?
-    python3 course_utils/bootstrap.py venv .venv     # is .venv usable, or must it be rebuilt?
+    python3 course_utils/tools/bootstrap.py python         # is this Python one the pins can serve?
+    python3 course_utils/tools/bootstrap.py venv .venv     # is .venv usable, or must it be rebuilt?
 
 Each prints what is wrong and how to fix it, and exits 1; silent with exit 0 when all is well.
 It runs with the machine's Python before .venv exists, so it imports nothing from the course.
