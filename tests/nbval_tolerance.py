@@ -13,7 +13,7 @@ line of its own, visible to the reader:
 Its outputs are then compared as text with the numbers taken out (runs of spaces count as one, so a
 table may re-align), and number by number within the tolerance; everything else stays exact. Each
 tolerance is backed by the spread measured across perturbations of floating-point order
-(`make test-perturbed`, data/nbval_spread.json, CONTRIBUTING.md).
+(`make test-perturbed`, tests/nbval_spread.json, CONTRIBUTING.md).
 """
 
 import copy
@@ -151,7 +151,7 @@ def spread(test, ref):
 
 
 def first_line(source):
-    """The cell's first line that is not an nbval marker: how data/nbval_spread.json names a cell."""
+    """The cell's first line that is not an nbval marker: how tests/nbval_spread.json names a cell."""
     lines = [line for line in source.strip().splitlines() if not re.match(r"\s*#\s*NBVAL_", line)]
     return lines[0][:80] if lines else ""
 
