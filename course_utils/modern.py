@@ -450,10 +450,16 @@ def alibi_score_mod(slopes):
     return score_mod
 
 
-def softcap_score_mod(cap):
-    """Soft-capping (Gemma 2): cap * tanh(score / cap) keeps every score inside (-cap, cap)."""
+def softcap_score_mod(cap, device="cpu"):
+    """Soft-capping (Gemma 2): cap * tanh(score / cap) keeps every score inside (-cap, cap).
+
+    The cap is held as a tensor on the scores' device: a Python number captured by a score_mod is
+    compiled into flex_attention's graph, and from PyTorch 2.15 a second call with another number
+    recompiles it as a symbolic float, which flex_attention refuses.
+    """
     if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0:
         raise ValueError(f"cap must be a positive number, got {cap!r}")
+    cap = torch.tensor(float(cap), device=device)
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return cap * torch.tanh(score / cap)

@@ -291,6 +291,9 @@ def test_flex_score_mods_equal_explicit_biases():
     scores = q @ k.transpose(-2, -1) / 8**0.5
     capped = torch.softmax(30 * torch.tanh(scores / 30), -1) @ v
     torch.testing.assert_close(_flex(q, k, v, score_mod=modern.softcap_score_mod(30.0)), capped, atol=1e-5, rtol=0)
+    # another cap in the same process: PyTorch 2.15 recompiled a captured Python float as a symbolic one and failed
+    capped_20 = torch.softmax(20 * torch.tanh(scores / 20), -1) @ v
+    torch.testing.assert_close(_flex(q, k, v, score_mod=modern.softcap_score_mod(20)), capped_20, atol=1e-5, rtol=0)
     assert not torch.allclose(capped, torch.softmax(scores, -1) @ v, atol=1e-3)  # the cap changed something
 
 
