@@ -62,14 +62,15 @@ test-unit: install
 test-notebooks: install
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks
 
-# Lesson 11 run by papermill with each stored training seed other than its committed SEED = 0: its asserts
-# claim what holds on every seed (tests/notebooks/test_lesson_seeds.py; not in `test`: about 2 min on 2 cores, 136 s measured on a shared machine)
+# Lessons run by papermill with other values of their parameters cell: lesson 11 with each stored seed
+# (its asserts claim what holds on every seed), lesson 12 with LIVE_STEPS=100
+# (tests/notebooks/test_lesson_seeds.py; not in `test`: 71 s measured on 2 cores of an AVX2 EPYC)
 test-seeds: install
 	$(PY) -m pytest -n 2 -m seeds tests/notebooks/test_lesson_seeds.py
 
 # Every notebook under nbval once per perturbation of floating-point order this CPU can produce (PyTorch's
 # kernels, MKL's and oneDNN's code paths, two threads): each must pass with the cells' NBVAL_TOLERANCE, and
-# the table of how far each cell moved is printed (scripts/perturbed_runs.py; about 8 runs of 2-4 min;
+# the table of how far each cell moved is printed (scripts/perturbed_runs.py; 8 runs of 3-6 min measured;
 # CI runs it after make test). SPREAD=1 also stores the spreads in tests/nbval_spread.json (CONTRIBUTING.md).
 test-perturbed: install
 	$(PY) scripts/perturbed_runs.py $(if $(SPREAD),--write-spread)
