@@ -35,6 +35,8 @@ def assert_matches_stored(live, stored, atol, what="the stored run"):
 
 def _differences(live, stored, where, atol):
     """Each place where live and stored differ, as 'where: live vs stored'."""
+    if getattr(live, "ndim", 0) > 0 and hasattr(live, "tolist"):  # a tensor or array, read as the list JSON stores
+        live = live.tolist()
     if isinstance(stored, dict) and isinstance(live, dict):
         if set(map(str, live)) != set(map(str, stored)):
             yield f"{where or 'top'}: keys {sorted(map(str, live))} vs {sorted(map(str, stored))}"

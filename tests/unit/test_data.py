@@ -43,3 +43,9 @@ def test_keys_read_from_json_match_integer_keys():
 def test_a_tolerance_that_is_not_a_number_is_refused(atol):
     with pytest.raises(ValueError, match="atol must be a number"):
         assert_matches_stored({"a": 1.0}, {"a": 1.0}, atol=atol)
+
+
+def test_a_tensor_is_compared_with_the_list_json_stores():
+    assert_matches_stored({"shares": torch.tensor([[0.8, 0.73]])}, {"shares": [[0.79, 0.74]]}, atol=0.02)
+    with pytest.raises(AssertionError, match=r"\['shares'\]\[0\]\[1\]: 0.9 vs 0.74"):
+        assert_matches_stored({"shares": torch.tensor([[0.8, 0.9]])}, {"shares": [[0.79, 0.74]]}, atol=0.02)
