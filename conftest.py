@@ -86,7 +86,19 @@ def pytest_addoption(parser):
     )
 
 
+# The slowest test modules (each 20-55 s: they grade whole notebooks or drive a browser). Run first, so
+# that under `-n 2 --dist loadscope`, which hands out modules in this order, neither worker is left
+# with one of them at the end while the other has nothing to do.
+SLOWEST_FIRST = (
+    "tests/tools/test_grade_class.py",
+    "tests/notebooks/test_browser.py",
+    "tests/tools/test_grade.py",
+    "tests/tools/test_grade_kernel.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST_FIRST))  # stable: the rest keep their order
     lesson = config.getoption("--lesson")
     if lesson:
         from tests.lesson_tests import select

@@ -9,7 +9,7 @@ Public API (lesson 11 and the tests rely on these names):
     weights = attention_weights(model, tokens)           # [layers, B, heads, T, T], rows sum to 1
     # after any forward, model.attentions() gives the same tensor of that forward
 
-- ``CharTokenizer``: one token per character (why: see its docstring).
+- ``WordTokenizer``: one token per word, punctuation mark or line break (why: see its docstring).
 - ``LanguageModel``: a decoder-only, pre-norm Transformer. Each ``DecoderBlock`` is
   lesson 05's layer in pre-norm order (LayerNorm, ``FeedForward``) around lesson 08's
   ``GroupedQueryAttention`` projections with RoPE, under a causal mask.
@@ -30,6 +30,7 @@ the cache's size.
 """
 
 import json
+import re
 import time
 
 import torch
@@ -45,8 +46,9 @@ from course_utils.training import fit
 from course_utils.transformer import FeedForward
 
 __all__ = [
-    "CharTokenizer",
+    "WordTokenizer",
     "corpus_splits",
+    "validation_stories",
     "next_token_loss",
     "filter_logits",
     "sample_next_token",
@@ -69,6 +71,7 @@ __all__ = [
 ]
 
 SETTINGS_FILE = "language_model_settings.json"
+NUM_STORIES = 10_000  # the corpus of the stored model: about 920,000 tokens
 
 
 def weights_file(seed):
@@ -78,32 +81,55 @@ def weights_file(seed):
 # ---------------------------------------------------------------- the text
 
 
-class CharTokenizer:
-    """One token per character of the corpus.
+class WordTokenizer:
+    """One token per word (with the space before it), per punctuation mark, and per line break.
 
-    Why characters: the stories use 49 characters, so the embedding and the read-out stay
-    tiny, nothing has to be learned before training (a byte-pair tokenizer would need its
-    merges first), and every string made of those characters can be encoded. The price is
-    length: a word is several tokens, so the model needs a longer context for the same text.
+    Why words: a name is then one token, so repeating a name from earlier in the story is one
+    lookup, the job attention does well. (The course's first model read characters and had to
+    copy a name letter by letter; with the same budget it learned the grammar but never copied.)
+    The stories use about 800 such tokens (" said" and "said" are two), few enough for a tiny
+    model. The price: a word the stories never use cannot be encoded; large models use
+    byte-pair tokens, which can spell any text out of pieces.
     """
 
-    def __init__(self, characters):
-        characters = sorted(set(characters))
-        if len(characters) < 2:
-            raise ValueError(f"a tokenizer needs at least 2 distinct characters, got {characters!r}")
-        self.characters = characters
-        self.index = {c: i for i, c in enumerate(characters)}
+    PATTERN = re.compile(r" ?[A-Za-z]+| ?[^A-Za-z\s]|\n")
+
+    def __init__(self, words):
+        """words: the vocabulary, e.g. ``WordTokenizer.split(text)`` of a training text (repeats are dropped)."""
+        words = sorted(set(words))
+        if len(words) < 2 or any(self.split(w) != [w] for w in words):
+            raise ValueError(
+                f"a tokenizer needs at least 2 distinct tokens, each one word, mark or line break, got {words[:8]!r}"
+            )
+        self.words = words
+        self.index = {w: i for i, w in enumerate(words)}
 
     @property
     def vocab_size(self):
-        return len(self.characters)
+        return len(self.words)
+
+    @classmethod
+    def split(cls, text):
+        """str -> its tokens as strings; refuses text they cannot spell (two spaces, a tab, ...)."""
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        pieces = cls.PATTERN.findall(text)
+        if "".join(pieces) != text:
+            spelled = "".join(pieces)
+            at = next((i for i, (a, b) in enumerate(zip(text, spelled, strict=False)) if a != b), len(spelled))
+            raise ValueError(
+                f"cannot cut {text[max(0, at - 10) : at + 10]!r} into words: a token is a word or a punctuation "
+                "mark with at most one space before it, or a line break"
+            )
+        return pieces
 
     def encode(self, text):
-        """str -> int64 tensor [len(text)]."""
-        unknown = sorted(set(text) - set(self.index))
+        """str -> int64 tensor [number of tokens]."""
+        pieces = self.split(text)
+        unknown = sorted({p for p in pieces if p not in self.index})
         if unknown:
-            raise ValueError(f"characters not in the vocabulary: {unknown}; it holds {''.join(self.characters)!r}")
-        return torch.tensor([self.index[c] for c in text], dtype=torch.long)
+            raise ValueError(f"not in the stories' vocabulary of {self.vocab_size} words: {unknown[:8]}")
+        return torch.tensor([self.index[p] for p in pieces], dtype=torch.long)
 
     def decode(self, ids):
         """int tensor [T] (or a list of ints) -> str."""
@@ -113,18 +139,27 @@ class CharTokenizer:
         bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.vocab_size]
         if bad:  # a negative id would silently index from the end of the vocabulary
             raise ValueError(f"ids must be ints in 0..{self.vocab_size - 1}, got {bad[:5]}")
-        return "".join(self.characters[i] for i in ids)
+        return "".join(self.words[i] for i in ids)
 
 
-def corpus_splits(num_stories=1500, validation_share=10, seed=0):
-    """(tokenizer, train ids, validation ids): the last ``validation_share`` % of the stories are held out."""
+def _split_stories(num_stories, validation_share, seed):
     if isinstance(validation_share, bool) or not isinstance(validation_share, int) or not 0 < validation_share < 100:
         raise ValueError(f"validation_share must be a percentage, an int in 1..99, got {validation_share!r}")
-    text = story_corpus(num_stories, seed)
-    lines = text.splitlines(keepends=True)
+    lines = story_corpus(num_stories, seed).splitlines(keepends=True)
     cut = len(lines) - len(lines) * validation_share // 100
-    tokenizer = CharTokenizer(text)
-    return tokenizer, tokenizer.encode("".join(lines[:cut])), tokenizer.encode("".join(lines[cut:]))
+    return lines[:cut], lines[cut:]
+
+
+def corpus_splits(num_stories=NUM_STORIES, validation_share=10, seed=0):
+    """(tokenizer, train ids, validation ids): the last ``validation_share`` % of the stories are held out."""
+    train, valid = _split_stories(num_stories, validation_share, seed)
+    tokenizer = WordTokenizer(WordTokenizer.split("".join(train + valid)))
+    return tokenizer, tokenizer.encode("".join(train)), tokenizer.encode("".join(valid))
+
+
+def validation_stories(num_stories=NUM_STORIES, validation_share=10, seed=0):
+    """The held-out stories of ``corpus_splits``, one string each (with its line break)."""
+    return _split_stories(num_stories, validation_share, seed)[1]
 
 
 # ---------------------------------------------------------------- the loss and sampling (the exercises)
@@ -386,8 +421,9 @@ def streaming_loss(model, tokens, window=None, sinks=0, recompute=False):
     """Next-token loss at every position of tokens [B, T], read one token at a time: [T - 1].
 
     window=None: a cache that keeps everything (positions grow to T - 1). window=W: a sliding
-    cache of the last W tokens plus the first ``sinks``. recompute=True: instead of a cache,
-    run the model afresh on the last W tokens for every prediction (the slow baseline).
+    cache of the last W tokens plus the first ``sinks``; the token being read joins them, so a
+    prediction reads W + sinks + 1 tokens. recompute=True: instead of a cache, run the model
+    afresh on the same W + 1 tokens for every prediction (the slow baseline).
     """
     model._check_tokens(tokens)
     if tokens.shape[1] < 2:
@@ -397,7 +433,7 @@ def streaming_loss(model, tokens, window=None, sinks=0, recompute=False):
     caches = [LayerCache(window, sinks) for _ in model.blocks]
     for t in range(tokens.shape[1] - 1):
         if recompute:
-            start = 0 if window is None else max(0, t + 1 - window)
+            start = 0 if window is None else max(0, t - window)  # the W cached tokens, and token t
             logits = model(tokens[:, start : t + 1])[:, -1]
         else:
             logits = model(tokens[:, t : t + 1], caches)[:, -1]
@@ -431,19 +467,30 @@ def bigram_loss(train_ids, eval_ids, vocab_size):
     return -log_probs[eval_ids[:-1], eval_ids[1:]].mean().item()
 
 
-def batch_sampler(ids, batch_size, context):
+def batch_sampler(ids, batch_size, context, repeats=0, words=None):
     """sample_batch(generator) -> (inputs, targets) for ``fit``: random crops of context + 1 tokens.
 
     inputs are tokens 0..context-1 of a crop, targets tokens 1..context: the shift of
     ``next_token_loss`` done once, so ``fit``'s cross-entropy scores position t against t + 1.
+    repeats: how many crops of each batch are instead a string of random ``words`` (ids) said
+    again and again, each batch's string 8 to 64 words long: text in which only copying helps
+    (the training mix of lesson 10's stored model; see its section 4).
     """
     batch_size, context = _validate.positive_int(batch_size, "batch_size"), _validate.positive_int(context, "context")
     # a crop starts at 0 .. len(ids) - context - 2, so there must be room for one start at least
     _validate.token_ids(ids, "ids", min_len=context + 2)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 0 <= repeats <= batch_size:
+        raise ValueError(f"repeats must be an int in 0..batch_size ({batch_size}), got {repeats!r}")
+    if repeats:
+        _validate.token_ids(words, "words", min_len=2)
 
     def sample_batch(generator):
         starts = torch.randint(0, len(ids) - context - 1, (batch_size,), generator=generator)
         crops = torch.stack([ids[s : s + context + 1] for s in starts.tolist()])
+        if repeats:
+            length = torch.randint(8, 65, (1,), generator=generator).item()
+            string = words[torch.randint(len(words), (repeats, length), generator=generator)]
+            crops[:repeats] = string.repeat(1, context // length + 1)[:, : context + 1]
         return crops[:, :-1], crops[:, 1:]
 
     return sample_batch
@@ -462,19 +509,31 @@ def evaluate_loss(model, ids, context, max_windows=64):
     return next_token_loss(model(crops), crops).item()
 
 
-def train_model(settings, train_ids, valid_ids, seed, progress=False, eval_every=None):
-    """Build a ``LanguageModel`` from ``settings`` (seeded) and train it with ``fit``; return (model, history)."""
+def train_model(settings, train_ids, valid_ids, seed, progress=False, eval_every=None, measure=None, words=None):
+    """Build a ``LanguageModel`` from ``settings`` (seeded) and train it with ``fit``; return (model, history).
+
+    measure(model) -> {name: float}: measured with the validation loss every ``eval_every`` steps.
+    words: the ids the repeated strings are drawn from when ``settings["repeats"]`` > 0.
+    """
     model_settings = {k: settings[k] for k in ("vocab_size", "d_model", "num_heads", "num_layers", "context")}
     torch.manual_seed(seed)
     model = LanguageModel(**model_settings)
+    sample_batch = batch_sampler(
+        train_ids, settings["batch_size"], settings["context"], settings.get("repeats", 0), words
+    )
+
+    def evaluate():
+        measures = {"validation loss": evaluate_loss(model, valid_ids, settings["context"])}
+        return {**measures, **(measure(model) if measure else {})}
+
     history = fit(
         model,
-        batch_sampler(train_ids, settings["batch_size"], settings["context"]),
+        sample_batch,
         steps=settings["steps"],
         lr=settings["lr"],
         warmup=settings["warmup"],
         seed=seed,
-        evaluate=lambda: {"validation loss": evaluate_loss(model, valid_ids, settings["context"])},
+        evaluate=evaluate,
         eval_every=eval_every or settings["steps"],
         progress=progress,
     )
@@ -494,7 +553,7 @@ def load_trained_model(seed=0):
     results = trained_results()
     seed = _validate.stored_seed(seed, results["seeds"])
     settings = results["settings"]
-    tokenizer = CharTokenizer(results["characters"])
+    tokenizer = WordTokenizer(results["words"])
     model = LanguageModel(**{k: settings[k] for k in ("vocab_size", "d_model", "num_heads", "num_layers", "context")})
     state = torch.load(data_path(weights_file(seed)), map_location="cpu", weights_only=True)
     model.load_state_dict({name: value.float() for name, value in state.items()})

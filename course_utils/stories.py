@@ -17,7 +17,18 @@ pseudorandom number generators") in plain integer arithmetic, not Python's ``ran
 whose algorithms may change between Python versions.
 """
 
-__all__ = ["StoryRandom", "story", "story_corpus", "NAME_STARTS", "NAME_ENDS"]
+import math
+
+__all__ = [
+    "StoryRandom",
+    "story",
+    "story_corpus",
+    "story_information",
+    "entropy_per_token",
+    "NAMES",
+    "NAME_STARTS",
+    "NAME_ENDS",
+]
 
 _MASK = (1 << 64) - 1
 
@@ -29,6 +40,8 @@ class StoryRandom:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.state = seed & _MASK
+        # nats: the sum of -ln p over every choice drawn so far (each story's exact information)
+        self.information = 0.0
 
     def next_int(self):
         """The next 64-bit random integer."""
@@ -40,6 +53,7 @@ class StoryRandom:
 
     def below(self, n):
         """A random int in 0..n-1 (the modulo's bias is below 1e-17 for the small n used here)."""
+        self.information += math.log(n)
         return self.next_int() % n
 
     def choice(self, options):
@@ -47,7 +61,9 @@ class StoryRandom:
 
     def chance(self, percent):
         """True with probability percent / 100."""
-        return self.below(100) < percent
+        hit = self.next_int() % 100 < percent
+        self.information -= math.log((percent if hit else 100 - percent) / 100)
+        return hit
 
 
 # Names are two syllables, so there are 24 x 14 = 336 of them: too many to learn one by one,
@@ -55,6 +71,7 @@ class StoryRandom:
 NAME_STARTS = ("To", "Be", "Ma", "Li", "Ro", "Sa", "Ne", "Ka", "Pi", "Du", "Fe", "Go",
                "Ha", "Ji", "Lo", "Mi", "No", "Ru", "Si", "Ta", "Vi", "Wu", "Ye", "Zo")  # fmt: skip
 NAME_ENDS = ("miro", "lsa", "rek", "nna", "bby", "dor", "lia", "ssa", "tto", "vin", "rra", "mel", "kus", "nda")
+NAMES = tuple(start + end for start in NAME_STARTS for end in NAME_ENDS)
 
 _KINDS = ("fox", "rabbit", "bear", "mouse", "duck", "cat", "dog", "owl", "frog", "goat")
 _ADJECTIVES = ("little", "brave", "shy", "clever", "sleepy", "happy", "curious", "kind")
@@ -80,15 +97,15 @@ def _pronouns(rng):
     return rng.choice((("she", "her", "her"), ("he", "him", "his")))
 
 
-def _name(rng):
-    return rng.choice(NAME_STARTS) + rng.choice(NAME_ENDS)
+def _name(rng, other=None):
+    """One of the NAMES, never ``other`` (a hero's friend has a name of their own)."""
+    return rng.choice(NAMES if other is None else tuple(name for name in NAMES if name != other))
 
 
 def story(rng):
     """One story (a few sentences, on one line) drawn with the generator ``rng``."""
-    hero, friend = _name(rng), _name(rng)
-    while friend == hero:
-        friend = _name(rng)
+    hero = _name(rng)
+    friend = _name(rng, other=hero)
     she, her, his = _pronouns(rng)
     kind, adjective = rng.choice(_KINDS), rng.choice(_ADJECTIVES)
     colour, thing = rng.choice(_COLOURS), rng.choice(_OBJECTS)
@@ -122,3 +139,31 @@ def story_corpus(num_stories=1500, seed=0):
         raise ValueError(f"num_stories must be a positive int, got {num_stories!r}")
     rng = StoryRandom(seed)
     return "".join(story(rng) + "\n" for _ in range(num_stories))
+
+
+def story_information(num_stories=1500, seed=0):
+    """[(story, nats)]: the stories of ``story_corpus(num_stories, seed)``, each with its exact information.
+
+    A story's information is the sum of -ln p over the choices that wrote it; distinct choices
+    write distinct stories, so it is -ln p(story) under the grammar. Its mean is the grammar's
+    entropy: no model can have a lower expected loss on these stories (lesson 10's floor).
+    """
+    if isinstance(num_stories, bool) or not isinstance(num_stories, int) or num_stories < 1:
+        raise ValueError(f"num_stories must be a positive int, got {num_stories!r}")
+    rng = StoryRandom(seed)
+    stories = []
+    for _ in range(num_stories):
+        before = rng.information
+        stories.append((story(rng) + "\n", rng.information - before))
+    return stories
+
+
+def entropy_per_token(stories, split):
+    """Nats per token of the grammar on ``stories`` (pairs from ``story_information``), cut by ``split(text)``.
+
+    The total information of the stories over their number of tokens: the loss of a model that
+    knows the grammar and has read every story from its start, the floor no model gets under.
+    """
+    if not stories or any(len(pair) != 2 for pair in stories):
+        raise ValueError("stories must be a non-empty list of (story, nats) pairs from story_information()")
+    return sum(nats for _, nats in stories) / sum(len(split(text)) for text, _ in stories)

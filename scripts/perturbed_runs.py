@@ -8,6 +8,7 @@ and records how far every cell's numbers moved (conftest.py's --nbval-spread). E
 
     python scripts/perturbed_runs.py                  # all perturbations, then the table of spreads
     python scripts/perturbed_runs.py --only as-is     # some of them
+    python scripts/perturbed_runs.py --notebooks notebooks/10_language_model.ipynb   # one lesson, all of them
     python scripts/perturbed_runs.py --write-spread   # also store the spreads in tests/nbval_spread.json
 
 tests/nbval_spread.json keeps each machine's measurements (a new machine adds its own); the tolerance of a
@@ -70,8 +71,8 @@ def has_avx512():
     return "avx512f" in (Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else "")
 
 
-def run(name, env_changes):
-    """nbval over notebooks/ with these environment variables; returns (exit code, spread lines)."""
+def run(name, env_changes, notebooks=("notebooks",)):
+    """nbval over the notebooks with these environment variables; returns (exit code, spread lines)."""
     OUT.mkdir(parents=True, exist_ok=True)
     spread = OUT / f"{name}.jsonl"
     spread.unlink(missing_ok=True)
@@ -80,7 +81,7 @@ def run(name, env_changes):
     workers = "1" if int(env["OMP_NUM_THREADS"]) > 1 else "2"
     command = [sys.executable, "-m", "pytest", "-n", workers, "--dist", "loadscope", "--nbval", "--nbval-current-env"]
     command += ["--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-cell-timeout", "300"]
-    command += ["--nbval-spread", str(spread), "-q", "-p", "no:cacheprovider", "notebooks"]
+    command += ["--nbval-spread", str(spread), "-q", "-p", "no:cacheprovider", *notebooks]
     print(f"== {name}: {' '.join(f'{k}={v}' for k, v in env_changes.items()) or 'no change'}", flush=True)
     code = subprocess.run(command, cwd=ROOT, env=env).returncode
     (OUT / f"{name}.rc").write_text(f"{code}\n")
@@ -140,10 +141,13 @@ def main():
     parser.add_argument("--only", nargs="+", choices=list(PERTURBATIONS), help="run only these perturbations")
     parser.add_argument("--write-spread", action="store_true", help="store the spreads in tests/nbval_spread.json")
     parser.add_argument("--stored", action="store_true", help="run nothing: read the last runs from artifacts/")
+    parser.add_argument("--notebooks", nargs="+", default=["notebooks"], help="only these notebooks (a quick check)")
     args = parser.parse_args()
+    if args.write_spread and args.notebooks != ["notebooks"]:
+        parser.error("--write-spread stores every notebook's spreads: run all of them")
     print(f"this machine: {machine()}")
     names = args.only or [name for name in PERTURBATIONS if name != "aten-avx2" or has_avx512()]
-    results = {name: load(name) if args.stored else run(name, PERTURBATIONS[name]) for name in names}
+    results = {name: load(name) if args.stored else run(name, PERTURBATIONS[name], args.notebooks) for name in names}
     table(results)
     if args.write_spread:
         write_spread(results)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from course_utils import language_model as lm
 from course_utils.data import data_path
-from course_utils.stories import StoryRandom, story_corpus
+from course_utils.stories import StoryRandom, entropy_per_token, story_corpus, story_information
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,10 +27,38 @@ def test_splitmix64_matches_the_published_sequence():
 
 
 def test_corpus_is_the_stored_one_and_long_enough():
-    text = story_corpus(1500)
-    assert text == story_corpus(1500)
+    text = story_corpus(lm.NUM_STORIES)
     assert hashlib.sha256(text.encode()).hexdigest() == lm.trained_results()["corpus_sha256"]
-    assert len(text) >= 100_000
+    assert len(text) >= 3_500_000
+
+
+def test_each_draw_adds_its_information():
+    rng = StoryRandom(0)
+    rng.below(4)
+    assert rng.information == pytest.approx(math.log(4))
+    hit = rng.chance(30)
+    assert rng.information == pytest.approx(math.log(4) - math.log(0.3 if hit else 0.7))
+
+
+def test_story_information_is_the_corpus_with_the_choices_it_took():
+    stories = story_information(200, seed=4)
+    assert "".join(text for text, _ in stories) == story_corpus(200, seed=4)
+    # at least: hero (336 names), friend (335), two of the pronouns' 2, kinds, adjectives, colours, objects...
+    floor = math.log(336 * 335 * 2 * 10 * 8 * 7 * 10)
+    assert all(nats > floor for _, nats in stories)
+
+
+def test_entropy_per_token_is_information_over_tokens():
+    assert entropy_per_token([("a b\n", 2.0), ("c\n", 1.0)], lm.WordTokenizer.split) == pytest.approx(3.0 / 5)
+    with pytest.raises(ValueError, match="story_information"):
+        entropy_per_token([], lm.WordTokenizer.split)
+
+
+def test_the_floor_lies_below_every_model_and_baseline():
+    stored = lm.trained_results()
+    floor = stored["grammar_validation_loss"]
+    losses = [run["validation_loss"] for run in stored["runs"].values()]
+    assert 0 < floor < min(losses) and max(losses) < stored["bigram_validation_loss"]
 
 
 def test_names_recur_within_a_story():
@@ -46,14 +74,17 @@ def test_story_corpus_refuses_bad_sizes():
         StoryRandom(-1)
 
 
-def test_tokenizer_round_trip_and_unknown_characters():
+def test_tokenizer_round_trip_and_unknown_words():
     tokenizer, train, valid = lm.corpus_splits()
-    text = 'Once upon a time, "Look!" said Tomiro.'
+    text = 'Once upon a time, "Look!" said Tomiro.\n'
     assert tokenizer.decode(tokenizer.encode(text)) == text
-    assert tokenizer.vocab_size == len(set(story_corpus(1500)))
+    assert [tokenizer.words[i] for i in tokenizer.encode(text)][:6] == ["Once", " upon", " a", " time", ",", ' "']
+    assert tokenizer.vocab_size == len(set(lm.WordTokenizer.split(story_corpus(lm.NUM_STORIES))))
     assert len(train) > 8 * len(valid) > 0
-    with pytest.raises(ValueError, match="not in the vocabulary"):
-        tokenizer.encode("Q?")
+    with pytest.raises(ValueError, match="not in the stories' vocabulary"):
+        tokenizer.encode("Once upon a spaceship")
+    with pytest.raises(ValueError, match="cannot cut"):
+        tokenizer.encode("Once  upon")  # two spaces: no token spells them
 
 
 # --------------------------------------------------------------------------- the loss
@@ -231,11 +262,14 @@ def test_streaming_loss_without_eviction_equals_the_full_forward(small_model):
     per_position = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none").mean(0)
     assert torch.allclose(lm.streaming_loss(small_model, tokens), per_position, atol=1e-5)
     assert torch.allclose(lm.streaming_loss(small_model, tokens, window=20, recompute=True), per_position, atol=1e-5)
-    # a window of 4 recomputed: the prediction at t reads tokens t-3..t only
+    # a window of 4 recomputed: the prediction at t reads tokens t-4..t, as many as the cached window reads
     windowed = lm.streaming_loss(small_model, tokens, window=4, recompute=True)
     with torch.no_grad():
-        at_8 = F.cross_entropy(small_model(tokens[:, 5:9])[:, -1], tokens[:, 9], reduction="none").mean()
+        at_8 = F.cross_entropy(small_model(tokens[:, 4:9])[:, -1], tokens[:, 9], reduction="none").mean()
     assert windowed[8].item() == pytest.approx(at_8.item(), abs=1e-5)
+    # up to the first eviction the cached window reads the same tokens at the same positions
+    cached = lm.streaming_loss(small_model, tokens, window=4)
+    assert torch.allclose(cached[:5], windowed[:5], atol=1e-5) and not torch.allclose(cached, windowed, atol=1e-3)
 
 
 def test_baselines_on_a_known_text():

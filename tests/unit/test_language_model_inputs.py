@@ -70,10 +70,11 @@ def test_load_trained_model_wants_an_int_among_the_stored_seeds(seed):
 
 
 def test_decode_refuses_ids_outside_the_vocabulary_and_a_batch():
-    tokenizer = lm.CharTokenizer("abc")
-    assert tokenizer.decode(torch.tensor([2, 0])) == "ca"
+    tokenizer = lm.WordTokenizer(["a", " b", "."])
+    assert tokenizer.words == [" b", ".", "a"]
+    assert tokenizer.decode(torch.tensor([2, 0, 1])) == "a b."
     with pytest.raises(ValueError, match=r"ints in 0\.\.2, got \[-1\]"):
-        tokenizer.decode([-1])  # used to give "c", the last character
+        tokenizer.decode([-1])  # would give "a", the last word
     with pytest.raises(ValueError, match=r"ints in 0\.\.2, got \[3\]"):
         tokenizer.decode(torch.tensor([3]))
     with pytest.raises(ValueError, match=r"one text \[T\].*decode\(ids\[0\]\)"):
@@ -87,6 +88,24 @@ def test_baselines_refuse_ids_outside_the_vocabulary(baseline):
         baseline(train, torch.tensor([0, 1, 1]), 2)
     with pytest.raises(ValueError, match="eval_ids must hold at least 2 tokens"):
         baseline(torch.tensor([0, 1, 0]), torch.tensor([1]), 2)
+
+
+def test_a_vocabulary_entry_must_be_one_token():
+    with pytest.raises(ValueError, match="each one word, mark or line break"):
+        lm.WordTokenizer(["a", "b c"])
+    with pytest.raises(ValueError, match="text must be a str"):
+        lm.WordTokenizer.split(["a"])
+
+
+def test_repeats_fill_the_first_crops_with_a_string_said_again():
+    ids, words = torch.arange(300) % 7, torch.arange(20, 30)
+    inputs, targets = lm.batch_sampler(ids, 4, 80, repeats=2, words=words)(torch.Generator().manual_seed(0))
+    crops = torch.cat([inputs, targets[:, -1:]], dim=1)  # 81 tokens: a string of up to 64 shows its repeat
+    length = next(n for n in range(8, 65) if torch.equal(crops[0, n:], crops[0, : 81 - n]))
+    assert crops[:2].min() >= 20 and torch.equal(crops[1, length:], crops[1, : 81 - length])
+    assert crops[2:].max() < 7  # the other crops are from the text
+    with pytest.raises(ValueError, match=r"repeats must be an int in 0\.\.batch_size \(4\)"):
+        lm.batch_sampler(ids, 4, 80, repeats=5, words=words)
 
 
 def test_corpus_splits_wants_a_share_that_leaves_both_splits_non_empty():
