@@ -20,13 +20,15 @@ Public API (lesson 11 and the tests rely on these names):
   Language Models with Attention Sinks").
 - ``streaming_loss``: the next-token loss of a long text read through such a cache.
 - ``unigram_loss``, ``bigram_loss``: the baselines a model must beat.
-- ``corpus_splits``, ``batch_sampler``, ``evaluate_loss``, ``train_model``: data and training,
-  shared by the lesson and ``scripts/train_language_model.py``, which trained the stored model.
+- ``corpus_splits``, ``validation_stories``, ``batch_sampler``, ``evaluate_loss``, ``train_model``:
+  data and training, shared by the lesson and ``scripts/train_language_model.py``, which
+  trained the stored model. (Whether it reads its context: ``course_utils.context_use``.)
 
 The cache keeps the keys *before* RoPE and rotates them by their slot in the cache at each
-step. For a cache that only grows this is the same as rotating by position in the text; for
-a sliding window it is what StreamingLLM does, so the positions the model sees never exceed
-the cache's size.
+step. For a cache that only grows this is the same as rotating by position in the text. In a
+sliding window, RoPE's scores depend on distances only, so the window's own keys score the
+same either way; what slots change is where kept first tokens sit: just before the window, as
+in StreamingLLM, instead of ever further back.
 """
 
 import json
@@ -85,8 +87,8 @@ class WordTokenizer:
     """One token per word (with the space before it), per punctuation mark, and per line break.
 
     Why words: a name is then one token, so repeating a name from earlier in the story is one
-    lookup, the job attention does well. (The course's first model read characters and had to
-    copy a name letter by letter; with the same budget it learned the grammar but never copied.)
+    lookup, the job attention does well (read letter by letter, a name has to be copied as a
+    chain of lookups, one per letter).
     The stories use about 800 such tokens (" said" and "said" are two), few enough for a tiny
     model. The price: a word the stories never use cannot be encoded; large models use
     byte-pair tokens, which can spell any text out of pieces.
