@@ -13,7 +13,8 @@ Public API (lesson 11 and the tests rely on these names):
 - ``LanguageModel``: a decoder-only, pre-norm Transformer. Each ``DecoderBlock`` is
   lesson 05's layer in pre-norm order (LayerNorm, ``FeedForward``) around lesson 08's
   ``GroupedQueryAttention`` projections with RoPE, under a causal mask.
-- ``next_token_loss``, ``filter_logits``, ``sample_next_token``: the lesson's exercises.
+- ``next_token_loss``, ``decoder_block``, ``filter_logits``, ``sample_next_token``, ``decode_with_cache``:
+  the lesson's exercises.
 - ``LayerCache``, ``generate``: decoding with or without a KV cache (lesson 07's idea on a
   trained model); ``LayerCache(window=W, sinks=S)`` is a sliding-window cache that keeps the
   first S tokens (StreamingLLM: Xiao, Tian, Chen, Han and Lewis, 2023, "Efficient Streaming
@@ -55,6 +56,7 @@ __all__ = [
     "filter_logits",
     "sample_next_token",
     "DecoderBlock",
+    "decoder_block",
     "LanguageModel",
     "LayerCache",
     "decode_with_cache",
@@ -285,6 +287,18 @@ def causal_self_attention(attention, x, cache=None):
     mask = torch.ones(t, n, dtype=torch.bool, device=x.device).tril(diagonal=n - t)
     context, weights = scaled_dot_product_attention(query, key, value, mask)
     return attention.output_linear(combine_heads(context)), weights
+
+
+def decoder_block(block, x):
+    """One ``DecoderBlock``'s forward, written out (the exercise of section 3): x [B, T, d_model] -> the same shape.
+
+    Pre-norm: each sublayer reads a normalised copy of x, and its output is added to x itself.
+    """
+    if not isinstance(block, DecoderBlock):
+        raise ValueError(f"block must be a DecoderBlock (e.g. model.blocks[0]), got {type(block).__name__}")
+    attended, _ = causal_self_attention(block.attention, block.norm1(x))
+    x = x + attended
+    return x + block.feed_forward(block.norm2(x))
 
 
 class DecoderBlock(nn.Module):

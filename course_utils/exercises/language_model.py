@@ -1,4 +1,4 @@
-"""Lesson 10's exercises: next_token_loss, filter_logits, sample_next_token and decode_with_cache.
+"""Lesson 10's exercises: next_token_loss, decoder_block, filter_logits, sample_next_token and decode_with_cache.
 
 The solutions are the course's reference code in ``course_utils.language_model``. The
 expected answers come from oracles written here another way (a loop over positions with
@@ -24,6 +24,7 @@ from course_utils.exercises.checking import (
     describe,
     diagnose,
     expect_ids,
+    expect_plain,
     expect_same_dtype,
     expect_tensor,
     generator,
@@ -44,6 +45,17 @@ LOSS_CLASSES_AXIS = "cross_entropy reads the classes from dim 1"
 LOSS_SUM_REDUCTION = "you summed over every prediction"
 LOSS_DIVIDED_BY_BT = "you divided by B * T"
 LOSS_UNSTABLE_LOG = "Use log_softmax"
+
+BLOCK_POST_NORM = "you normalised after adding (post-norm)"
+BLOCK_RESIDUAL_NORMED = "you added the sublayer's output to the normalised x"
+BLOCK_NO_ATTENTION_RESIDUAL = "the attention's output replaced x"
+BLOCK_NO_FF_RESIDUAL = "the feed-forward's output replaced x"
+BLOCK_NORMS_SWAPPED = "you swapped norm1 and norm2"
+BLOCK_FF_UNNORMED = "the feed-forward read x without norm2"
+BLOCK_ATTENTION_UNNORMED = "the attention read x without norm1"
+BLOCK_ONE_NORM = "both sublayers read one normalised copy of the block's input"
+BLOCK_NOT_CAUSAL = "an earlier position's output changed when a later token did"
+BLOCK_TUPLE = "causal_self_attention returns a pair"
 
 FILTER_TEMPERATURE_MULTIPLIED = "you multiplied by the temperature"
 FILTER_TOP_P_BEFORE_TEMPERATURE = "you chose the top-p tokens before applying the temperature"
@@ -225,6 +237,108 @@ _LOSS_NONFINITE = (
     f"{LOSS_UNSTABLE_LOG} (or F.cross_entropy on the raw logits), which computes log-probabilities as "
     f"x - logsumexp(x) and never takes the log of a rounded 0."
 )
+
+
+# --------------------------------------------------------------------------- decoder_block
+
+
+def _block_cases():
+    """(description, block, x): seeded blocks whose two LayerNorms differ, so swapping them shows."""
+    cases = []
+    for description, (d_model, heads, kv_heads), shape in [
+        ("d_model 16, 4 heads, x [2, 6, 16]", (16, 4, 4), (2, 6, 16)),
+        ("d_model 16, 4 heads sharing 2 key/value heads, x [1, 9, 16]", (16, 4, 2), (1, 9, 16)),
+        ("one token, x [3, 1, 16]", (16, 2, 2), (3, 1, 16)),
+    ]:
+        torch.manual_seed(len(cases))
+        block = lm.DecoderBlock(d_model, heads, kv_heads, 2 * d_model).eval()
+        with torch.no_grad():
+            for norm in (block.norm1, block.norm2):
+                norm.weight.uniform_(0.5, 2.0)
+                norm.bias.normal_(0.0, 0.5)
+        cases.append((description, block, 2 * torch.randn(shape)))
+    return cases
+
+
+def _block_mistakes(block, x):
+    """(message, output) of each known mistake, on the same block and x."""
+
+    def attend(h):
+        return lm.causal_self_attention(block.attention, h)[0]
+
+    ff, n1, n2 = block.feed_forward, block.norm1, block.norm2
+    hint = "Pre-norm: x = x + attention(norm1(x)), then x + feed_forward(norm2(x)): the sum keeps the unnormalised x."
+    with torch.no_grad():
+        after_attention = x + attend(n1(x))
+        post = n1(x + attend(x))
+        normed = n1(x)
+        normed_sum = normed + attend(normed)
+        swapped = x + attend(n2(x))
+        return [
+            (
+                f"{BLOCK_POST_NORM}: that is the original Transformer's order, not this block's. {hint}",
+                n2(post + ff(post)),
+            ),
+            (f"{BLOCK_RESIDUAL_NORMED}, so the residual stream lost x itself. {hint}", normed_sum + ff(n2(normed_sum))),
+            (f"{BLOCK_NO_ATTENTION_RESIDUAL}: add it to x. {hint}", attend(n1(x)) + ff(n2(attend(n1(x))))),
+            (f"{BLOCK_NO_FF_RESIDUAL}: add it to x. {hint}", ff(n2(after_attention))),
+            (
+                f"{BLOCK_NORMS_SWAPPED}: norm1 belongs to the attention, norm2 to the feed-forward.",
+                swapped + ff(n1(swapped)),
+            ),
+            (f"{BLOCK_FF_UNNORMED}. {hint}", after_attention + ff(after_attention)),
+            (f"{BLOCK_ATTENTION_UNNORMED}. {hint}", x + attend(x) + ff(n2(x + attend(x)))),
+            (
+                f"{BLOCK_ONE_NORM}: the feed-forward must read norm2 of x after the attention was added. {hint}",
+                after_attention + ff(normed),
+            ),
+        ]
+
+
+@exercise(
+    "decoder_block",
+    solution=lm.decoder_block,
+    hints=[
+        "Two sublayers, each in the same pattern: normalise a copy of x, run the sublayer on the copy, add its "
+        "output to x itself. First block.norm1 and the attention, then block.norm2 and block.feed_forward.",
+        "The attention is `lm.causal_self_attention(block.attention, h)`: it returns (output, weights); keep the "
+        "output. It applies the causal mask and RoPE for you.",
+        "`x = x + lm.causal_self_attention(block.attention, block.norm1(x))[0]`, then "
+        "`return x + block.feed_forward(block.norm2(x))`",
+    ],
+)
+def check_decoder_block(candidate):
+    for description, block, x in _block_cases():
+        case = f"(case: {description})"
+        with torch.no_grad():
+            expected = block(x)  # the module's own forward: another path to the same numbers
+            try:
+                got = call(candidate, block, x.clone())
+            except Mistake as error:
+                if "'tuple'" not in str(error):
+                    raise
+                raise Mistake(
+                    f"{BLOCK_TUPLE} (output, weights): keep the output only, e.g. "
+                    f"`attended, _ = lm.causal_self_attention(...)`. {case}\n{error}"
+                ) from None
+        if isinstance(got, tuple):
+            raise Mistake(
+                f"your block returned a tuple: {BLOCK_TUPLE} (output, weights); add only the output to x, "
+                f"e.g. `attended, _ = lm.causal_self_attention(...)`. {case}"
+            )
+        expect_tensor(got, x.shape, what="block output")
+        expect_plain(got, x.device, f"block output ({description})")  # a dense tensor, before comparing parts of it
+        if x.shape[1] > 1:
+            changed = x.clone()
+            changed[:, -1] = torch.randn(changed[:, -1].shape, generator=generator(7))
+            with torch.no_grad():
+                again = call(candidate, block, changed)
+            if not close(again[:, :-1], got[:, :-1], 1e-5, 1e-4):
+                raise Mistake(
+                    f"{BLOCK_NOT_CAUSAL}: the attention is not causal. Use lm.causal_self_attention(block.attention, "
+                    f"h), which masks the future, rather than block.attention(h). {case}"
+                )
+        diagnose(got, expected, _block_mistakes(block, x), what="block output", context=description, dtype=x.dtype)
 
 
 # --------------------------------------------------------------------------- filter_logits

@@ -4,12 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course_utils import language_model as lm
 from course_utils.exercises import check, checking, solution
 from course_utils.exercises import language_model as ex
 from course_utils.language_model import LayerCache, filter_logits
 from tests.exercises.asserts import assert_caught, assert_each_message_names_only_its_mistake, assert_passes
 
-IDS = ["next_token_loss", "filter_logits", "sample_next_token", "decode_with_cache"]
+IDS = ["next_token_loss", "decoder_block", "filter_logits", "sample_next_token", "decode_with_cache"]
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -426,3 +427,82 @@ def test_decode_with_cache_prompt_fed_token_by_token_passes():
         return tokens
 
     assert_passes("decode_with_cache", torch.no_grad()(one_at_a_time))
+
+
+# --------------------------------------------------------------------------- decoder_block
+
+
+def _attend(block, h):
+    return lm.causal_self_attention(block.attention, h)[0]
+
+
+def _pre_norm_then(block, x, attention_input, ff_norm):
+    x = x + _attend(block, attention_input(block, x))
+    return x + block.feed_forward(ff_norm(block, x))
+
+
+BLOCK_MISTAKES = {
+    "post-norm": (
+        lambda b, x: (lambda h: b.norm2(h + b.feed_forward(h)))(b.norm1(x + _attend(b, x))),
+        ex.BLOCK_POST_NORM,
+    ),
+    "residual from the normalised x": (
+        lambda b, x: (lambda h: h + b.feed_forward(b.norm2(h)))(b.norm1(x) + _attend(b, b.norm1(x))),
+        ex.BLOCK_RESIDUAL_NORMED,
+    ),
+    "no residual around attention": (
+        lambda b, x: (lambda h: h + b.feed_forward(b.norm2(h)))(_attend(b, b.norm1(x))),
+        ex.BLOCK_NO_ATTENTION_RESIDUAL,
+    ),
+    "no residual around the feed-forward": (
+        lambda b, x: b.feed_forward(b.norm2(x + _attend(b, b.norm1(x)))),
+        ex.BLOCK_NO_FF_RESIDUAL,
+    ),
+    "norms swapped": (
+        lambda b, x: _pre_norm_then(b, x, lambda b, h: b.norm2(h), lambda b, h: b.norm1(h)),
+        ex.BLOCK_NORMS_SWAPPED,
+    ),
+    "feed-forward without norm2": (
+        lambda b, x: _pre_norm_then(b, x, lambda b, h: b.norm1(h), lambda b, h: h),
+        ex.BLOCK_FF_UNNORMED,
+    ),
+    "attention without norm1": (
+        lambda b, x: _pre_norm_then(b, x, lambda b, h: h, lambda b, h: b.norm2(h)),
+        ex.BLOCK_ATTENTION_UNNORMED,
+    ),
+    "one norm for both": (
+        lambda b, x: x + _attend(b, b.norm1(x)) + b.feed_forward(b.norm1(x)),
+        ex.BLOCK_ONE_NORM,
+    ),
+    "not causal": (
+        lambda b, x: (lambda h: h + b.feed_forward(b.norm2(h)))(x + b.attention(b.norm1(x))),
+        ex.BLOCK_NOT_CAUSAL,
+    ),
+    "the pair added": (lambda b, x: x + lm.causal_self_attention(b.attention, b.norm1(x)), ex.BLOCK_TUPLE),
+    "the pair returned": (lambda b, x: lm.causal_self_attention(b.attention, b.norm1(x)), ex.BLOCK_TUPLE),
+}
+
+
+@pytest.mark.parametrize("name", BLOCK_MISTAKES)
+def test_decoder_block_mistake_is_named(name):
+    candidate, phrase = BLOCK_MISTAKES[name]
+    assert_caught("decoder_block", candidate, phrase)
+
+
+def test_decoder_block_messages_name_only_their_mistake():
+    assert_each_message_names_only_its_mistake(BLOCK_MISTAKES, lambda c: check("decoder_block", c, quiet=True))
+
+
+def test_decoder_block_written_with_the_modules_own_calls_passes():
+    def by_hand(block, x):
+        h = block.norm1(x)
+        attended, _ = lm.causal_self_attention(block.attention, h)
+        x = attended + x
+        return block.feed_forward(block.norm2(x)) + x
+
+    assert_passes("decoder_block", by_hand)
+
+
+def test_the_reference_refuses_what_is_not_a_block():
+    with pytest.raises(ValueError, match="block must be a DecoderBlock"):
+        lm.decoder_block(torch.nn.Linear(4, 4), torch.zeros(1, 2, 4))
