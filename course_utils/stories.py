@@ -1,16 +1,20 @@
 """The course's own short stories: a small probabilistic grammar that lesson 10's language model reads.
 
-    text = story_corpus(num_stories=1500, seed=0)   # the same string on every machine and Python version
+    text = story_corpus(num_stories=10_000, seed=0)   # the same string on every machine and Python version
+    stories = story_information(10_000)               # each story with its exact information, in nats
 
 Every story is made of sentences chosen by a seeded random generator. The grammar was
 written for the course (no text is copied from elsewhere), and it has what makes
-next-token prediction interesting at the level of characters:
+next-token prediction interesting:
 
-- spelling and frequent words (" the ", "said") that a bigram model half knows already;
-- names invented from syllables ("Tomiro", "Belsa") that recur inside one story, so
+- frequent words and fixed phrases ("Once upon a time", "said") that a bigram model half knows;
+- names drawn from 336 invented ones ("Tomiro", "Belsa") that recur inside one story, so
   predicting the second "Tomiro" means copying it from earlier in the context;
 - agreement: "she" / "he" follows the hero, "was" / "were" the number of the subject;
 - quotes that open and close, and an object ("the red kite") named again later.
+
+The generator records the information of every choice it draws (-ln p), so the grammar's
+entropy, the lowest loss any model can reach on the stories, is exact (``entropy_per_token``).
 
 The random generator is SplitMix64 (Steele, Lea and Flood, 2014, "Fast splittable
 pseudorandom number generators") in plain integer arithmetic, not Python's ``random``,
@@ -66,8 +70,8 @@ class StoryRandom:
         return hit
 
 
-# Names are two syllables, so there are 24 x 14 = 336 of them: too many to learn one by one,
-# which pushes the model to copy a name from earlier in the story.
+# Names are two syllables, so there are 24 x 14 = 336 of them, drawn uniformly: no model can
+# guess a story's names before they appear, only copy them once they have.
 NAME_STARTS = ("To", "Be", "Ma", "Li", "Ro", "Sa", "Ne", "Ka", "Pi", "Du", "Fe", "Go",
                "Ha", "Ji", "Lo", "Mi", "No", "Ru", "Si", "Ta", "Vi", "Wu", "Ye", "Zo")  # fmt: skip
 NAME_ENDS = ("miro", "lsa", "rek", "nna", "bby", "dor", "lia", "ssa", "tto", "vin", "rra", "mel", "kus", "nda")
