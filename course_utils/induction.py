@@ -48,6 +48,8 @@ __all__ = [
     "random_composition_scores",
     "path_patched_logits",
     "second_half_loss",
+    "lookup_floor",
+    "copy_share",
     "bootstrap_interval",
     "load_runs",
     "load_model",
@@ -425,6 +427,37 @@ def second_half_loss(logits, tokens, half_len):
     half_len = _validate.repeat_losses(logits, tokens, half_len)
     losses = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
     return losses[:, half_len:].mean(-1)
+
+
+def lookup_floor(tokens, half_len):
+    """[B]: each sequence's second-half loss for a perfect lookup by the current token alone.
+
+    Such a lookup finds every earlier position holding the current token and bets on what came
+    next there, in proportion to how often: certain (loss 0) where the token occurs once before,
+    -log(share of right successors) where it occurs several times with different ones. An
+    induction head keys on the current token only, so this is the floor of its kind of copying.
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+        raise ValueError("tokens must be integer token ids [batch, T], each row one half repeated")
+    half_len = _validate.repeated_half(tokens.shape[1], half_len, min_half=2)
+    losses = []
+    for t in range(half_len, tokens.shape[1] - 1):  # predict token t + 1 from token t
+        earlier = tokens[:, :t] == tokens[:, t : t + 1]  # [B, t]: positions j < t holding the same token
+        right = earlier & (tokens[:, 1 : t + 1] == tokens[:, t + 1 : t + 2])  # ... followed by the right one
+        losses.append(-(right.sum(1).double() / earlier.sum(1)).log())  # position t - half_len is always both
+    return torch.stack(losses, dim=1).mean(1).float()
+
+
+@torch.no_grad()
+def copy_share(model, tokens, half_len, head):
+    """The share of second-half predictions whose top token, read from layer-1 ``head``'s output alone
+    (its direct path through the unembedding, no bias), is the right one: how often that head copies."""
+    half_len = _validate.repeated_half(tokens.shape[1], half_len, min_half=2)
+    head = _validate.head_list(head, model.num_heads, "head")[0]
+    per_head = model.run(tokens)[2]
+    direct = per_head[1][:, head] @ model.unembed.weight.T  # [B, S, V]: what the head alone says
+    predicted = direct[:, half_len:-1].argmax(-1)  # at positions half_len .. T - 2
+    return (predicted == tokens[:, half_len + 1 :]).float().mean().item()
 
 
 def bootstrap_interval(per_sequence, draws=1000, level=0.95, seed=0):

@@ -309,3 +309,31 @@ def test_the_stored_weights_give_the_stored_scores_and_final_losses():
             first, second = induction.half_losses(model(tokens), tokens, half)
         assert first.item() == pytest.approx(run["first_half"][-1], abs=1e-3)
         assert second.item() == pytest.approx(run["second_half"][-1], abs=1e-3)
+
+
+def test_lookup_floor_by_hand():
+    """A half without a repeated token costs a lookup nothing; one with a token twice costs its ambiguity."""
+    distinct = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])
+    assert induction.lookup_floor(distinct, 4).tolist() == [0.0]
+    # 5 occurs twice in the half, followed by 7 and by 9: predicting after the 5s is a bet
+    twice = torch.tensor([[5, 7, 5, 9, 5, 7, 5, 9]])
+    # after position 4 (a 5): 1 of 2 earlier 5s is followed by 7; position 5 (a 7): certain;
+    # position 6 (a 5): 1 of 3 earlier 5s is followed by 9
+    expected = (math.log(2) + 0 + math.log(3)) / 3
+    assert induction.lookup_floor(twice, 4).item() == pytest.approx(expected, abs=1e-6)
+    with pytest.raises(ValueError, match="T = 2 \\* half_len"):
+        induction.lookup_floor(twice, 3)
+
+
+def test_copy_share_reads_the_heads_direct_path_only():
+    """With a zero unembedding every head says token 0: the share is then that of targets equal to 0."""
+    torch.manual_seed(0)
+    model = induction.AttentionOnly(vocab_size=5, max_len=16, d_model=8, num_heads=2)
+    with torch.no_grad():
+        model.unembed.weight.zero_()
+        model.unembed.bias.fill_(3.0)  # the bias is not the head's: it must not count
+    tokens = torch.tensor([[0, 1, 2, 0, 1, 2], [3, 0, 4, 3, 0, 4]])
+    targets = tokens[:, 4:]  # second-half predictions: tokens half_len + 1 .. T - 1
+    assert induction.copy_share(model, tokens, 3, head=1) == pytest.approx((targets == 0).float().mean().item())
+    with pytest.raises(ValueError, match="head must be a head"):
+        induction.copy_share(model, tokens, 3, head=2)
