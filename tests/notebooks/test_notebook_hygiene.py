@@ -148,7 +148,10 @@ def test_every_question_has_an_answer(nb_path):
     numbered = re.findall(r"^(\d+)\. ", questions[1].split("<details>", 1)[0], re.MULTILINE)
     assert numbered, f"{nb_path.name}: the questions are a numbered list"
     answers = re.findall(r"<details>\s*<summary>\s*Answer (\d+)\s*</summary>", questions[1])
-    assert answers == numbered, f"{nb_path.name}: questions {numbered} but answers {answers}"
+    assert answers == numbered, (
+        f"{nb_path.name}: questions {numbered} but answers {answers} (all questions first, then one "
+        "<details><summary>Answer N</summary> block each: a question after the first <details> is not counted)"
+    )
 
 
 def test_no_solution_shown_unasked(nb_path):

@@ -114,6 +114,12 @@ def test_every_checker_module_has_a_test_file_of_its_name():
     assert not missing, f"no tests/exercises/test_<checker>.py for {missing}: test its solution and each named mistake"
 
 
+def test_every_lesson_module_has_a_unit_test_file_of_its_name():
+    modules = {p.stem for p in (ROOT / "course_utils").glob("*.py") if not p.stem.startswith("_")}
+    missing = sorted(m for m in modules if not (ROOT / "tests" / "unit" / f"test_{m}.py").exists())
+    assert not missing, f"no tests/unit/test_<module>.py for course_utils/{missing}: test its functions against oracles"
+
+
 def test_every_reference_with_input_checks_has_bad_inputs():
     bad_inputs = test_show_solution_algorithm.BAD_INPUTS
     checked = {i for i in exercise_ids() if "_validate." in inspect.getsource(solution(i))}

@@ -177,7 +177,9 @@ def test_the_lesson_template_follows_the_lesson_rules():
     hygiene.test_every_exercise_has_a_card(TEMPLATE)
     hygiene.test_every_question_has_an_answer(TEMPLATE)
     hygiene.test_no_solution_shown_unasked(TEMPLATE)
-    assert _stated_minutes(nbformat.read(TEMPLATE, as_version=4)) == "60"  # a copied template passes the map test
+    # a copied template fails the README map test until its Time line says the estimated minutes
+    with pytest.raises(AssertionError, match=r"About N minutes"):
+        _stated_minutes(nbformat.read(TEMPLATE, as_version=4))
 
 
 def test_the_template_names_its_stub_by_its_exercise_id_and_reads_the_reference_through_its_module():
