@@ -10,21 +10,27 @@ Keys are distinct within a sequence; values are random; chance is 1 in ``NUM_VAL
 
     tokens, targets = recall_sequences(keys, values, queries)     # the lesson's exercise
     tokens, targets, distances = random_recall_batch(64, 16, 8, generator)
-    model = RecallModel("delta")                                   # or softmax, linear, window, gru
+    model = RecallModel("delta")                                   # or any of MIXERS and VARIANTS
     history = train_on_recall(model, steps=1500, seed=0)
     accuracy_by_pairs(model, eval_sets)                            # {pairs: accuracy}
+    present_value_accuracy(eval_sets)                              # {pairs: accuracy of a guess among the values shown}
     stored = stored_results()                                      # what scripts/train_recall.py stored in data/
 
 Every model is embedding -> one mixer (with a residual) -> LayerNorm -> read-out over
-the values. The mixers: softmax attention, linear attention, the delta rule, sliding-window
-attention (each query sees its own and the window - 1 tokens before), and a GRU whose
-hidden size makes its parameter count as close as it gets to the attention mixers'.
+the values. The mixers: softmax attention, linear attention, the delta rule as DeltaNet
+has it (queries and keys through SiLU, then L2-normalised: Yang, Wang, Zhang, Shen and Kim
+2024), sliding-window attention (each query sees its own and the window - 1 tokens
+before), and a GRU whose hidden size makes its parameter count as close as it gets to the
+attention mixers'. ``VARIANTS``: the delta rule without the SiLU (the lesson's exercise, L2
+only), and two models of two mixers each: a delta layer then a softmax layer (a hybrid, as
+in the 2025-26 models that mix them) and, as its control, two delta layers.
 """
 
 import json
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from course_utils import _validate
 from course_utils.attention import causal_mask, scaled_dot_product_attention
@@ -38,6 +44,7 @@ __all__ = [
     "NUM_VALUES",
     "QUESTION",
     "MIXERS",
+    "VARIANTS",
     "recall_sequences",
     "random_recall_batch",
     "RecallModel",
@@ -48,6 +55,7 @@ __all__ = [
     "evaluation_sets",
     "accuracy_by_pairs",
     "accuracy_by_distance",
+    "present_value_accuracy",
     "RESULTS_FILE",
     "stored_results",
 ]
@@ -55,7 +63,9 @@ __all__ = [
 NUM_KEYS = 64
 NUM_VALUES = 64
 QUESTION = NUM_VALUES  # the value id of a query token: "which value goes with this key?"
-MIXERS = ("softmax", "linear", "delta", "window", "gru")
+MIXERS = ("softmax", "linear", "delta", "window", "gru")  # one mixing layer each
+VARIANTS = ("delta-no-silu", "delta+delta", "delta+softmax")
+_LAYERS = {"delta+delta": ("delta", "delta"), "delta+softmax": ("delta", "softmax")}  # first layer first
 RESULTS_FILE = "recall_results.json"  # what scripts/train_recall.py stored, in data/
 
 
@@ -100,7 +110,7 @@ class _Attention(nn.Module):
         self.key_linear = nn.Linear(d_model, d_model, bias=False)
         self.value_linear = nn.Linear(d_model, d_model, bias=False)
         self.output_linear = nn.Linear(d_model, d_model, bias=False)
-        if kind == "delta":  # DeltaNet's writing strength, one per token, sigmoid -> (0, 1)
+        if kind.startswith("delta"):  # DeltaNet's writing strength, one per token, sigmoid -> (0, 1)
             self.beta_linear = nn.Linear(d_model, 1)
 
     def forward(self, x):
@@ -113,6 +123,8 @@ class _Attention(nn.Module):
         elif self.kind == "linear":
             out = linear_attention_parallel(q, k, v)
         else:
+            if self.kind == "delta":  # DeltaNet: SiLU first; delta_rule then L2-normalises q and k
+                q, k = F.silu(q), F.silu(k)
             out = delta_rule(q, k, v, torch.sigmoid(self.beta_linear(x))[..., 0])
         return self.output_linear(out)
 
@@ -140,21 +152,24 @@ def gru_hidden_size(d_model):
     return min(range(1, 4 * d_model), key=lambda h: abs(_mixer_parameters(d_model, h) - target))
 
 
+def _one_mixer(kind, d_model, window):
+    return _GRU(d_model, gru_hidden_size(d_model)) if kind == "gru" else _Attention(d_model, kind, window)
+
+
 class RecallModel(nn.Module):
-    """Key and value embeddings -> one mixer with a residual -> LayerNorm -> scores over the NUM_VALUES values."""
+    """Key and value embeddings -> one mixer (two for "delta+...") with a residual -> LayerNorm -> scores over the values."""
 
     def __init__(self, mixer, d_model=32, window=16):
         super().__init__()
-        if mixer not in MIXERS:
-            raise ValueError(f"mixer must be one of {MIXERS}, got {mixer!r}")
+        if mixer not in MIXERS + VARIANTS:
+            raise ValueError(f"mixer must be one of {MIXERS + VARIANTS}, got {mixer!r}")
         d_model, window = _validate.positive_int(d_model, "d_model"), _validate.positive_int(window, "window")
         self.mixer_name, self.d_model, self.window = mixer, d_model, window
+        self.kinds = _LAYERS.get(mixer, (mixer,))
         self.key_embedding = nn.Embedding(NUM_KEYS, d_model)
         self.value_embedding = nn.Embedding(NUM_VALUES + 1, d_model)  # + 1: QUESTION
-        if mixer == "gru":
-            self.mixer = _GRU(d_model, gru_hidden_size(d_model))
-        else:
-            self.mixer = _Attention(d_model, mixer, window)
+        layers = [_one_mixer(kind, d_model, window) for kind in self.kinds]
+        self.mixer = layers[0] if len(layers) == 1 else nn.ModuleList(layers)
         self.norm = nn.LayerNorm(d_model)
         self.readout = nn.Linear(d_model, NUM_VALUES)
 
@@ -162,7 +177,8 @@ class RecallModel(nn.Module):
         # [B, T] ids (no pair axis) would be read as B pairs and run silently for some mixers
         _validate.recall_tokens(tokens, NUM_KEYS, NUM_VALUES)
         x = self.key_embedding(tokens[..., 0]) + self.value_embedding(tokens[..., 1])  # one token, both ids
-        x = x + self.mixer(x)
+        for layer in self.mixer if isinstance(self.mixer, nn.ModuleList) else [self.mixer]:
+            x = x + layer(x)
         return self.readout(self.norm(x))
 
 
@@ -173,13 +189,15 @@ def count_parameters(module):
 def state_numbers(model, seq_len):
     """How many numbers the mixer keeps while it decodes token ``seq_len``: what it can recall from."""
     d, seq_len = model.d_model, _validate.positive_int(seq_len, "seq_len")
-    return {
+    numbers = {
         "softmax": 2 * d * seq_len,  # every key and value: the KV cache
         "window": 2 * d * min(seq_len, model.window),
         "linear": d * d + d,  # S and z
         "delta": d * d,  # S
+        "delta-no-silu": d * d,
         "gru": gru_hidden_size(d),  # the hidden state
-    }[model.mixer_name]
+    }
+    return sum(numbers[kind] for kind in model.kinds)  # a model of two mixers keeps both
 
 
 def evaluation_sets(pair_counts, num_queries=8, size=256, seed=1000):
@@ -215,6 +233,21 @@ def accuracy_by_distance(model, tokens, targets, distances):
     right = (_query_predictions(model, tokens, num_queries) == targets[:, -num_queries:]).float()
     found = distances.unique()
     return found, torch.stack([right[distances == d].mean() for d in found])
+
+
+def present_value_accuracy(eval_sets):
+    """{pairs: expected accuracy of answering with the value of a pair drawn at random from the sequence}.
+
+    A model that knows which values were shown but not which key went with which scores this:
+    about 1 / pairs, since most values are shown once (it is above 1 / NUM_VALUES, plain chance).
+    """
+    result = {}
+    for pairs, (tokens, targets, distances) in eval_sets.items():
+        num_queries = distances.shape[1]
+        shown = tokens[:, :pairs, 1]  # [B, P]: the values of the pairs
+        answers = targets[:, -num_queries:]  # [B, Q]
+        result[pairs] = (shown[:, None, :] == answers[:, :, None]).float().mean().item()  # share of pairs that match
+    return result
 
 
 class _Stopped(Exception):

@@ -1,4 +1,4 @@
-"""course_utils.recall and scripts/train_recall.py: the task, the five models, and the stored results."""
+"""course_utils.recall and scripts/train_recall.py: the task, the eight models, and the stored results."""
 
 import json
 
@@ -10,11 +10,13 @@ from course_utils.recall import (
     MIXERS,
     NUM_KEYS,
     QUESTION,
+    VARIANTS,
     RecallModel,
     accuracy_by_distance,
     count_parameters,
     evaluation_sets,
     gru_hidden_size,
+    present_value_accuracy,
     random_recall_batch,
     recall_sequences,
     state_numbers,
@@ -64,7 +66,7 @@ def test_parameter_counts_are_matched_within_two_percent():
     assert gru_hidden_size(32) == 21
 
 
-@pytest.mark.parametrize("mixer", MIXERS)
+@pytest.mark.parametrize("mixer", MIXERS + VARIANTS)
 def test_every_model_is_causal(mixer):
     torch.manual_seed(0)
     model = RecallModel(mixer).eval()
@@ -91,9 +93,51 @@ def test_the_window_sees_its_own_and_the_window_minus_one_tokens_before():
 
 
 def test_state_numbers():
-    sizes = {name: state_numbers(RecallModel(name), 72) for name in MIXERS}
+    sizes = {name: state_numbers(RecallModel(name), 72) for name in MIXERS + VARIANTS}
     assert sizes == {"softmax": 2 * 32 * 72, "window": 2 * 32 * 16, "linear": 32 * 32 + 32, "delta": 32 * 32,
-                     "gru": 21}  # fmt: skip
+                     "gru": 21, "delta-no-silu": 32 * 32, "delta+delta": 2 * 32 * 32,
+                     "delta+softmax": 32 * 32 + 2 * 32 * 72}  # fmt: skip
+
+
+def test_the_delta_mixer_is_deltanets_silu_then_l2_and_the_variant_leaves_out_the_silu():
+    """Yang et al. (2024): q and k through SiLU, then L2-normalised (delta_rule normalises inside)."""
+    from course_utils.linear_attention import delta_rule
+
+    torch.manual_seed(0)
+    model = RecallModel("delta")
+    bare = RecallModel("delta-no-silu")
+    bare.load_state_dict(model.state_dict())  # the same weights: only the SiLU differs
+    x = torch.randn(2, 6, 32)
+    layer = model.mixer
+    q, k, v = layer.query_linear(x), layer.key_linear(x), layer.value_linear(x)
+    beta = torch.sigmoid(layer.beta_linear(x))[..., 0]
+    silu = torch.nn.functional.silu
+    assert torch.allclose(layer(x), layer.output_linear(delta_rule(silu(q), silu(k), v, beta)), atol=1e-6)
+    assert torch.allclose(bare.mixer(x), layer.output_linear(delta_rule(q, k, v, beta)), atol=1e-6)
+    assert not torch.allclose(layer(x), bare.mixer(x), atol=1e-3)
+
+
+def test_a_hybrid_runs_its_delta_layer_first_then_softmax_each_with_a_residual():
+    torch.manual_seed(0)
+    model = RecallModel("delta+softmax").eval()
+    first, second = model.mixer
+    assert first.kind == "delta" and second.kind == "softmax"
+    tokens, _, _ = random_recall_batch(2, 8, 4, torch.Generator().manual_seed(1))
+    x = model.key_embedding(tokens[..., 0]) + model.value_embedding(tokens[..., 1])
+    x = x + first(x)
+    x = x + second(x)
+    with torch.no_grad():
+        assert torch.allclose(model(tokens), model.readout(model.norm(x)), atol=1e-6)
+
+
+def test_present_value_accuracy_by_hand():
+    """A guess among the values shown: 1 when every pair shows the answer's value, 1 / P when only its own pair does."""
+    keys = torch.arange(4)[None]
+    same, distinct = torch.full((1, 4), 7), torch.tensor([[1, 2, 3, 4]])
+    queries = torch.tensor([[0, 3]])
+    for values, expected in ((same, 1.0), (distinct, 0.25), (torch.tensor([[1, 1, 3, 4]]), (0.5 + 0.25) / 2)):
+        tokens, targets = recall_sequences(keys, values, queries)
+        assert present_value_accuracy({4: (tokens, targets, torch.zeros(1, 2))}) == {4: pytest.approx(expected)}
 
 
 def test_accuracy_by_distance_counts_each_distance():
@@ -128,13 +172,15 @@ def test_stored_results_hold_three_seeds_of_every_mixer_with_the_script_settings
 
     assert stored["settings"] == SETTINGS
     runs = {(r["mixer"], r["seed"]) for r in stored["runs"]}
-    assert runs == {(m, s) for m in MIXERS for s in (0, 1, 2)}
+    assert runs == {(m, s) for m in MIXERS + VARIANTS for s in (0, 1, 2)}
     for run in stored["runs"]:
         assert list(run["accuracy_by_pairs"]) == [str(p) for p in SETTINGS["pair_counts"]]
         assert len(run["first_losses"]) == SETTINGS["first_losses_stored"]
 
 
-@pytest.mark.parametrize("mixer, seed", [("linear", 0), ("gru", 1), ("delta", 2)])
+@pytest.mark.parametrize(
+    "mixer, seed", [("linear", 0), ("gru", 1), ("delta", 2), ("delta-no-silu", 0), ("delta+softmax", 1)]
+)
 def test_the_script_reproduces_the_stored_first_steps(stored, mixer, seed):
     """The first 20 steps of a stored run, rerun with the script's settings, give the stored losses."""
     settings = stored["settings"]

@@ -8,10 +8,10 @@ import torch
 
 from course_utils import recall
 from course_utils.data import data_path
-from course_utils.recall import MIXERS, NUM_KEYS, NUM_VALUES, QUESTION, RecallModel, recall_sequences
+from course_utils.recall import MIXERS, NUM_KEYS, NUM_VALUES, QUESTION, VARIANTS, RecallModel, recall_sequences
 
 
-@pytest.mark.parametrize("mixer", MIXERS)
+@pytest.mark.parametrize("mixer", MIXERS + VARIANTS)
 def test_every_model_refuses_tokens_without_the_pair_axis(mixer):
     # [B, T] ids used to be read as B tokens of T ids for gru, linear and delta, and run
     torch.manual_seed(0)
