@@ -61,7 +61,10 @@ def write_strengths(model, tokens, num_pairs):
         return None
     x = model.key_embedding(tokens[..., 0]) + model.value_embedding(tokens[..., 1])
     beta = torch.sigmoid(layer.beta_linear(x))[..., 0]
-    return {"pairs": round(beta[:, :num_pairs].mean().item(), 4), "queries": round(beta[:, num_pairs:].mean().item(), 4)}
+    return {
+        "pairs": round(beta[:, :num_pairs].mean().item(), 4),
+        "queries": round(beta[:, num_pairs:].mean().item(), 4),
+    }
 
 
 def train_one(mixer, seed, eval_sets, settings=SETTINGS):
