@@ -452,9 +452,9 @@ def lookup_floor(tokens, half_len):
 def copy_share(model, tokens, half_len, head):
     """The share of second-half predictions whose top token, read from layer-1 ``head``'s output alone
     (its direct path through the unembedding, no bias), is the right one: how often that head copies."""
-    half_len = _validate.repeated_half(tokens.shape[1], half_len, min_half=2)
     head = _validate.head_list(head, model.num_heads, "head")[0]
-    per_head = model.run(tokens)[2]
+    per_head = model.run(tokens)[2]  # checks the tokens first
+    half_len = _validate.repeated_half(tokens.shape[1], half_len, min_half=2)
     direct = per_head[1][:, head] @ model.unembed.weight.T  # [B, S, V]: what the head alone says
     predicted = direct[:, half_len:-1].argmax(-1)  # at positions half_len .. T - 2
     return (predicted == tokens[:, half_len + 1 :]).float().mean().item()
