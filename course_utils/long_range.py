@@ -220,13 +220,15 @@ def _check_pair(inputs, targets):
 
 
 def train_on_hairpins(
-    model, stem_length, held_out, steps=200, batch_size=64, lr=1e-2, seed=0, eval_every=50, progress=True
-):
+    model, stem_length, held_out, steps=200, batch_size=64, lr=1e-2, seed=0, eval_every=50, progress=True,
+    evaluate=None,
+):  # fmt: skip
     """Train on fresh random hairpins with the course's loop (``training.fit``); return its history.
 
     Hairpins that are in ``held_out`` (inputs, targets) are dropped from every batch, so the
     accuracy measured on them is on strands the model never saw. Every ``eval_every`` steps the
-    history records ``accuracy``, the held-out accuracy averaged over all distances.
+    history records ``accuracy``, the held-out accuracy averaged over all distances, or what
+    ``evaluate() -> {name: float}`` measures instead (e.g. the accuracy at each distance).
     """
     _check_pair(*held_out)
     if held_out[0].shape[1] != 2 * stem_length:
@@ -243,20 +245,24 @@ def train_on_hairpins(
             )
         return inputs[keep], targets[keep]
 
-    def evaluate():
+    def mean_accuracy():
         return {"accuracy": accuracy_by_distance(model, *held_out)[1].mean().item()}
 
     return fit(
-        model, sample_batch, steps=steps, lr=lr, seed=seed, evaluate=evaluate, eval_every=eval_every,
+        model, sample_batch, steps=steps, lr=lr, seed=seed, evaluate=evaluate or mean_accuracy, eval_every=eval_every,
         progress=progress, desc=f"training {type(model).__name__}",
     )  # fmt: skip
 
 
-def train_on_task(model, sample_batch, steps=200, lr=1e-2, seed=0, progress=False):
-    """Train on the batches ``sample_batch(generator) -> (inputs, targets)`` of a control task with ``fit``."""
+def train_on_task(model, sample_batch, steps=200, lr=1e-2, seed=0, progress=False, evaluate=None, eval_every=50):
+    """Train on the batches ``sample_batch(generator) -> (inputs, targets)`` of a control task with ``fit``.
+
+    ``evaluate() -> {name: float}``, if given, is recorded every ``eval_every`` steps (a learning curve).
+    """
     return fit(
-        model, sample_batch, steps=steps, lr=lr, seed=seed, progress=progress, desc=f"training {type(model).__name__}"
-    )
+        model, sample_batch, steps=steps, lr=lr, seed=seed, evaluate=evaluate, eval_every=eval_every,
+        progress=progress, desc=f"training {type(model).__name__}",
+    )  # fmt: skip
 
 
 @torch.no_grad()

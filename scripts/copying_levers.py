@@ -9,8 +9,8 @@ Every EVAL_EVERY steps it measures what lesson 10 section 4 asks of a model that
 context: the hero's later mentions with the first mention kept or swapped, and random story
 words said twice (the second copy should cost at most half the first).
 Writes course_utils/data/copying_levers.json: per lever its settings, its curves and its CPU time.
-One seed per lever. The file also keeps three seeds of the candidate for the stored model
-(repeats 8, 6,000 steps), trained by scripts/train_language_model.py with those two settings changed.
+One seed per lever. The stored model (repeats 8, 6,000 steps; scripts/train_language_model.py, three
+seeds) is the mix-25 lever at a shorter budget; "stories only" is its control.
 """
 
 import argparse

@@ -38,10 +38,10 @@ SETTINGS = {
     "num_layers": 2,
     "context": 128,
     "batch_size": 32,
-    "steps": 3000,
+    "steps": 6000,
     "lr": 3e-3,
     "warmup": 100,
-    "repeats": 0,
+    "repeats": 8,
 }
 SEEDS = [0, 1, 2]
 FIRST_STEPS = 20  # stored exactly, for the reproduction test
