@@ -229,3 +229,28 @@ def test_one_marked_base_asks_for_its_complement_at_the_end():
     assert ((inputs >= len(lr.VOCAB)).sum(1) == 1).all() and torch.equal(distances, 9 - where)
     assert torch.equal(targets[:, -1], 3 - (inputs[torch.arange(300), where] - len(lr.VOCAB)))
     assert lr.to_text(inputs[0]).endswith("?") and any(c in "acgt" for c in lr.to_text(inputs[0]))
+
+
+def test_a_control_task_records_its_learning_curve():
+    torch.manual_seed(0)
+    model = lr.RecurrentModel(hidden_size=8, embed_dim=4, vocab_size=len(lr.CONTROL_VOCAB))
+    calls = []
+
+    def evaluate():
+        calls.append(len(calls))
+        return {"measured": float(len(calls))}
+
+    history = lr.train_on_task(
+        model, lambda g: lr.marked_bases(8, 1, 7, g)[:2], steps=6, seed=0, evaluate=evaluate, eval_every=2
+    )
+    assert history["eval_steps"] == [2, 4, 6] and history["measured"] == [1.0, 2.0, 3.0]
+
+
+def test_train_on_hairpins_measures_what_it_is_asked_to():
+    held_out = lr.hairpins(16, 4, torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    model = lr.RecurrentModel(hidden_size=8, embed_dim=4)
+    history = lr.train_on_hairpins(
+        model, 4, held_out, steps=4, seed=2, eval_every=2, progress=False, evaluate=lambda: {"first": 0.5}
+    )
+    assert history["first"] == [0.5, 0.5] and "accuracy" not in history
