@@ -62,9 +62,9 @@ test-unit: install
 test-notebooks: install
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks
 
-# Lessons run by papermill with other values of their parameters cell: lesson 11 with each stored seed
-# (its asserts claim what holds on every seed), lesson 12 with LIVE_STEPS=100
-# (tests/notebooks/test_lesson_seeds.py; not in `test`: 71 s measured on 2 cores of an AVX2 EPYC)
+# Lessons run by papermill with other values of their parameters cell: every lesson once, lesson 11 with
+# each stored seed (its asserts claim what holds on every seed) (tests/notebooks/test_lesson_seeds.py;
+# not in `test`: 20 runs, 149 s on 2 cores of an AVX-512 EPYC)
 test-seeds: install
 	$(PY) -m pytest -n 2 -m seeds tests/notebooks/test_lesson_seeds.py
 
