@@ -57,6 +57,13 @@ def test_a_model_that_copies_the_name_loses_when_the_first_mention_is_swapped():
     assert kept < 0.2 < 3 < swapped
 
 
+def test_later_mention_loss_is_name_losses_first_number():
+    for rule in (copy_first_name_rule, bigram_rule):
+        kept, _ = context_use.name_losses(Oracle(rule), TOKENIZER, STORIES[:10])
+        assert context_use.later_mention_loss(Oracle(rule), TOKENIZER, STORIES[:10]) == pytest.approx(kept, abs=1e-6)
+    assert context_use.later_mention_loss(Oracle(copy_first_name_rule), TOKENIZER, STORIES[:10]) < 0.2
+
+
 def test_a_model_without_context_is_not_moved_by_the_swap():
     kept, swapped = context_use.name_losses(Oracle(bigram_rule), TOKENIZER, STORIES[:10])
     assert kept == pytest.approx(swapped, abs=1e-6)
@@ -81,6 +88,7 @@ def test_a_model_that_reads_one_token_gains_nothing_from_the_whole_window():
     ("call", "match"),
     [
         (lambda m: context_use.name_losses(m, TOKENIZER, STORIES[0]), "list of story lines"),
+        (lambda m: context_use.later_mention_loss(m, TOKENIZER, []), "list of story lines"),
         (lambda m: context_use.repeat_losses(m, TOKENIZER, length=100), r"length must lie in 2\.\.64"),
         (lambda m: context_use.window_losses(m, TOKENIZER.encode(STORIES[0]), window=120), "at most the context"),
         (lambda m: context_use.window_losses(m, torch.zeros(5, dtype=torch.long)), "at least"),
