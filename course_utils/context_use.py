@@ -32,9 +32,9 @@ def _token_losses(model, ids):
 
 
 def _hero_mentions(pieces):
-    """Positions of the story's first name (its hero) among its tokens."""
-    hero = next(p.strip() for p in pieces if p.strip() in NAMES)
-    return hero, [i for i, p in enumerate(pieces) if p.strip() == hero]
+    """The story's first name (its hero) and its positions among the story's tokens."""
+    hero = next((p.strip() for p in pieces if p.strip() in NAMES), None)
+    return hero, [i for i, p in enumerate(pieces) if p.strip() == hero]  # none for a story without a name
 
 
 @torch.no_grad()
@@ -75,6 +75,11 @@ def _mention_texts(model, tokenizer, stories, seed):
         rows.append(tokenizer.encode("".join(pieces)))
         swapped_rows.append(tokenizer.encode("".join(swapped)))
         later.append(mentions[1:])
+    if not rows:
+        raise ValueError(
+            f"none of the {len(stories)} stories names its hero twice or more: nothing to measure; "
+            "give more stories, e.g. language_model.validation_stories()[:150]"
+        )
     return rows, swapped_rows, later
 
 

@@ -89,6 +89,7 @@ def test_a_model_that_reads_one_token_gains_nothing_from_the_whole_window():
     [
         (lambda m: context_use.name_losses(m, TOKENIZER, STORIES[0]), "list of story lines"),
         (lambda m: context_use.later_mention_loss(m, TOKENIZER, []), "list of story lines"),
+        (lambda m: context_use.name_losses(m, TOKENIZER, ["Tomiro ran.", "A fox ran."]), "names its hero twice"),
         (lambda m: context_use.repeat_losses(m, TOKENIZER, length=100), r"length must lie in 2\.\.64"),
         (lambda m: context_use.window_losses(m, TOKENIZER.encode(STORIES[0]), window=120), "at most the context"),
         (lambda m: context_use.window_losses(m, torch.zeros(5, dtype=torch.long)), "at least"),
