@@ -249,6 +249,7 @@ def _execute_with(nb, folder, items, time_limit, config):
         error_on_timeout={"ename": "TimeoutError", "evalue": "the time limit was reached", "traceback": []},
         resources={"metadata": {"path": str(folder)}},
         config=config,
+        shutdown_kernel="immediate",  # its outputs are read by then: stopped at once, not asked to exit (0.8 s less)
     )
     _start_kernel(client)
     with client.setup_kernel():  # shuts the kernel down at the end

@@ -1,6 +1,7 @@
-"""`make grade` runs copies of a learner's notebooks and calls the checkers itself, so a notebook that
-prints "PASSED" on its own does not fool it; its exit status and reports."""
+"""`make grade` runs copies of a learner's notebooks and calls the checkers itself (so a notebook that
+prints "PASSED" on its own does not fool it: test_grade_class.py); its exit status and reports."""
 
+import copy
 import hashlib
 import json
 import shlex
@@ -13,33 +14,30 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
+from course_utils.tools import grade
 from course_utils.tools.grade import grade_folder, markdown
-from tests.tools.learner_notebooks import RIGHT, ROOT, STUB, WRONG, lesson, save
+from tests.tools.learner_notebooks import RIGHT, ROOT, WRONG, lesson, save
 
 
-def test_grade_runs_copies_and_is_not_fooled(tmp_path):
+def test_grade_runs_copies_and_grades_what_ran_before_an_error(tmp_path):
+    # a right notebook, and one that prints "PASSED" itself (not fooled): test_grade_class.py
     folder = tmp_path / "learner"
-    save(folder, "01_right.ipynb", lesson(RIGHT))
     save(folder, "02_wrong.ipynb", lesson(WRONG))
     save(folder, "03_crash.ipynb", lesson(RIGHT, extra="raise ValueError('boom')"))
-    tampered = 'print("PASSED [causal_mask] all checks passed. Well done!")'
-    save(folder, "04_tampered.ipynb", lesson(STUB, check_source=tampered))
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
     reports, good = grade_folder(folder)
     after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
     assert before == after, "grading must never modify the learner's notebooks"
     by_name = {r["notebook"]: r for r in reports}
-    assert by_name["01_right.ipynb"]["exercises"]["causal_mask"]["status"] == "passed"
     assert by_name["02_wrong.ipynb"]["exercises"]["causal_mask"]["status"] == "not yet"
     assert by_name["03_crash.ipynb"]["error"] == "cell 3 raised ValueError: boom"
     assert by_name["03_crash.ipynb"]["exercises"]["causal_mask"]["status"] == "passed"  # graded all the same
-    assert by_name["04_tampered.ipynb"]["exercises"]["causal_mask"]["status"] == "not attempted"
     assert not good
     assert "**raised** | cell 3 raised ValueError: boom" in markdown(reports)
 
 
-def test_grade_exit_status_and_reports(tmp_path):
-    # one notebook (one kernel per run): causal_mask solved, split_heads still the stub
+def test_grade_exit_status_and_reports(tmp_path, monkeypatch):
+    # one notebook: causal_mask solved, split_heads still the stub
     nb = lesson(RIGHT)
     split_stub = "def split_heads(x, num_heads):\n    raise NotImplementedError"
     nb.cells += [
@@ -52,14 +50,16 @@ def test_grade_exit_status_and_reports(tmp_path):
     command = [sys.executable, "-m", "course_utils.tools.grade", str(folder), "--out", str(out)]
     strict = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert strict.returncode == 1, strict.stdout + strict.stderr
-    lenient = subprocess.run(command + ["--allow-not-attempted"], cwd=ROOT, capture_output=True, text=True)
-    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
     (report,) = json.loads((out / "grade.json").read_text())
     assert {e: v["status"] for e, v in report["exercises"].items()} == {
         "causal_mask": "passed",
         "split_heads": "not attempted",
     }
     assert "1 of 2 exercises passed" in (out / "grade.md").read_text()
+    # the same grades with --allow-not-attempted: exit status 0 (the report reused: no second kernel)
+    monkeypatch.setattr(grade, "_grade_copy", lambda path, time_limit: copy.deepcopy(report))
+    assert grade.main([str(folder), "--out", str(tmp_path / "lenient"), "--allow-not-attempted"]) == 0
+    assert grade.main([str(folder), "--out", str(tmp_path / "strict")]) == 1
 
 
 def test_grade_writes_the_report_after_every_notebook(tmp_path):

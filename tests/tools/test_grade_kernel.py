@@ -25,8 +25,8 @@ def _free_ports(count):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="on Windows the kernels use TCP ports: a collision is retried")
-def test_six_kernels_started_at_once_grade_every_correct_notebook(tmp_path, monkeypatch):
-    """Six notebooks graded at the same moment, and every kernel handed the same five TCP ports: the
+def test_four_kernels_started_at_once_grade_every_correct_notebook(tmp_path, monkeypatch):
+    """Four notebooks graded at the same moment, and every kernel handed the same five TCP ports: the
     worst case of kernels choosing their ports at once (one binds them, the others die as they start)."""
     ports, chosen = _free_ports(5), threading.local()
 
@@ -36,12 +36,12 @@ def test_six_kernels_started_at_once_grade_every_correct_notebook(tmp_path, monk
 
     monkeypatch.setattr(LocalPortCache, "find_available_port", the_same_ports)
     paths = []
-    for learner in range(6):
+    for learner in range(4):
         save(tmp_path / f"learner{learner}", "01_right.ipynb", lesson(RIGHT))
         paths.append(tmp_path / f"learner{learner}" / "01_right.ipynb")
     with ThreadPoolExecutor(len(paths)) as pool:
         reports = list(pool.map(grade_notebook, paths))
-    assert [(r["result"], r["exercises"]["causal_mask"]["status"]) for r in reports] == [("ran", "passed")] * 6, [
+    assert [(r["result"], r["exercises"]["causal_mask"]["status"]) for r in reports] == [("ran", "passed")] * 4, [
         r["error"] for r in reports
     ]
 
