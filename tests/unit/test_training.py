@@ -104,7 +104,7 @@ def _run_in_a_kernel(code):
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate").execute()
     return nb.cells[0].outputs
 
 
