@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 # JupyterLab refuses to run as root without this flag (containers, CI)
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
-PYTEST_NB := --nbval --scroll-back --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
+PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
-.PHONY: progress grade doctor install lab test test-unit test-notebooks test-lesson test-seeds test-perturbed test-browser browser execute lint lock hooks nbdime train-lm clean test-gpu gpu-benchmark gpu-wheels
+.PHONY: progress grade doctor install lab test test-unit test-notebooks test-scroll-back test-lesson test-seeds test-perturbed test-browser browser execute lint lock hooks nbdime train-lm clean test-gpu gpu-benchmark gpu-wheels
 
 install: $(STAMP)
 
@@ -42,11 +42,11 @@ lab: export OMP_NUM_THREADS = 1
 lab: install
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=localhost $(ALLOW_ROOT)
 
-# unit tests, exercise tests, hygiene, browser test and every notebook under strict nbval followed by
-# its scroll-back re-runs (tests/scroll_back.py), 2 workers
+# unit tests, exercise tests, hygiene, browser test and every notebook under strict nbval, 2 workers
+# (the scroll-back re-runs are `make test-scroll-back`, which CI runs next, and part of `make test-lesson`)
 # (one thread per worker: two workers with two threads each on two cores run up to 10x slower;
 # notebooks first, so the long runs start early and the short unit tests fill the end)
-test test-unit test-notebooks test-lesson test-seeds execute: export OMP_NUM_THREADS = 1
+test test-unit test-notebooks test-scroll-back test-lesson test-seeds execute: export OMP_NUM_THREADS = 1
 test: install lint
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks tests
 
@@ -54,13 +54,19 @@ test: install lint
 # unit tests of the modules it imports: the inner loop of whoever edits it. LESSON=05c (its number)
 test-lesson: install
 	@test -n "$(LESSON)" || { echo "say which lesson: make test-lesson LESSON=05c"; exit 2; }
-	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) --lesson $(LESSON) notebooks tests
+	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) --scroll-back --lesson $(LESSON) notebooks tests
 
 test-unit: install
 	$(PY) -m pytest -n 2 --dist loadscope tests
 
 test-notebooks: install
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks
+
+# Every lesson under strict nbval, then, in the same kernel, every code cell re-run alone with the exercises
+# solved, as a learner who scrolls back after Run All (tests/scroll_back.py): it must print what it printed,
+# and each check must pass. Not in `test` (it doubles the notebooks' time); CI runs it after `make test`.
+test-scroll-back: install
+	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) --scroll-back notebooks
 
 # Lessons run by papermill with other values of their parameters cell: every lesson once, lesson 11 with
 # each stored seed (its asserts claim what holds on every seed) (tests/notebooks/test_lesson_seeds.py;

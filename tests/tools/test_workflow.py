@@ -1,6 +1,7 @@
 """The GitHub Actions workflow for forks: actionlint finds nothing, and it runs what the README promises.
 (No GitHub runner is reachable from here, so this is how the workflow is kept from rotting.)"""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -71,12 +72,15 @@ def test_the_browser_test_needs_no_large_dev_shm():
     assert "--disable-dev-shm-usage" in CHROMIUM_ARGS
 
 
-def test_workflow_runs_the_perturbed_notebooks_and_a_weekly_job_on_the_newest_pytorch():
+def test_workflow_runs_what_the_courses_ci_runs_and_a_weekly_job_on_the_newest_pytorch():
     workflow = yaml.safe_load(WORKFLOW.read_text())
     triggers = workflow[True] if True in workflow else workflow["on"]
     assert "schedule" in triggers
     runs = "\n".join(step.get("run", "") for step in workflow["jobs"]["test"]["steps"])
-    assert "make test-perturbed" in runs
+    ci_targets = re.findall(r"^(?:\S+=\S+ )*make ([\w-]+)$", (ROOT / ".ci" / "run").read_text(), re.MULTILINE)
+    assert {"test", "test-scroll-back", "test-perturbed"} <= set(ci_targets), ci_targets
+    missing = [t for t in ci_targets if not re.search(rf"make {t}$", runs, re.MULTILINE)]
+    assert not missing, f"the fork's workflow does not run what .ci/run runs: make {missing}"
     newest = workflow["jobs"]["newest-pytorch"]
     assert newest["continue-on-error"] is True and "schedule" in newest["if"]
     steps = "\n".join(step.get("run", "") for step in newest["steps"])
