@@ -45,7 +45,7 @@ lab: install
 # unit tests, exercise tests, hygiene, browser test and every notebook under strict nbval, 2 workers
 # (the scroll-back re-runs are `make test-scroll-back`, which CI runs next, and part of `make test-lesson`)
 # (one thread per worker: two workers with two threads each on two cores run up to 10x slower;
-# notebooks first, so the long runs start early and the short unit tests fill the end)
+# the slowest modules, then the notebooks, then the short unit tests: conftest.py's SLOWEST_FIRST)
 test test-unit test-notebooks test-scroll-back test-lesson test-seeds execute: export OMP_NUM_THREADS = 1
 test: install lint
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) notebooks tests

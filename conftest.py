@@ -86,19 +86,32 @@ def pytest_addoption(parser):
     )
 
 
-# The slowest test modules (each 20-55 s: they grade whole notebooks or drive a browser). Run first, so
-# that under `-n 2 --dist loadscope`, which hands out modules in this order, neither worker is left
-# with one of them at the end while the other has nothing to do.
+# The slowest test modules (10-40 s: they drive a browser or grade notebooks), then the notebooks (5-25 s
+# each), then the rest: under `-n 2 --dist loadscope`, which hands out modules in this order (see
+# pytest_configure), neither worker is left with a long one at the end while the other has nothing to do.
 SLOWEST_FIRST = (
-    "tests/tools/test_grade_class.py",
     "tests/notebooks/test_browser.py",
+    "tests/tools/test_grade_class.py",
     "tests/tools/test_grade.py",
     "tests/tools/test_grade_kernel.py",
 )
 
 
+def pytest_configure(config):
+    # xdist's loadscope would hand out the modules with the most tests first (the grading and browser tests,
+    # with a few tests each, came last and left one worker idle for half a minute): keep the order below
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _order(item):
+    if item.nodeid.startswith(SLOWEST_FIRST):
+        return 0
+    return 1 if item.nodeid.startswith("notebooks/") else 2
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST_FIRST))  # stable: the rest keep their order
+    items.sort(key=_order)  # stable: within each group, collection order
     lesson = config.getoption("--lesson")
     if lesson:
         from tests.lesson_tests import select

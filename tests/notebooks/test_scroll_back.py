@@ -1,6 +1,6 @@
 """Scrolling back after Run All: the plugin that re-runs each cell (tests/scroll_back.py), and what runs nothing.
 
-`make test` runs nbval with --scroll-back: after each lesson's Run All, every code cell is re-run
+`make test-scroll-back` (and `make test-lesson`) run nbval with --scroll-back: after each lesson's Run All, every code cell is re-run
 alone in the same kernel, with the exercises solved (see tests/scroll_back.py). The first tests
 here show that this check fails where it should, on a small notebook of planted mistakes.
 
