@@ -6,14 +6,14 @@ machines and library versions (the lessons assert what matters instead). A cell 
 NBVAL_TOLERANCE compares its numbers within that tolerance (tests/nbval_tolerance.py).
 --scroll-back adds, after each lesson's cells, a re-run of every cell in the same
 kernel (tests/scroll_back.py); --lesson keeps one lesson's tests (tests/lesson_tests.py).
-Each notebook's kernel listens on Unix sockets and is started again if it fails to (tests/nbval_kernel.py).
+Each notebook's kernel listens on Unix sockets and is started again if it fails to (tests/kernels.py).
 """
 
 import nbval.plugin
 
-from tests import nbval_kernel
+from tests import kernels
 
-nbval_kernel.install()
+kernels.install_in_nbval()
 
 
 def _without_stderr(outputs):

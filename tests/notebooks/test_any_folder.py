@@ -15,6 +15,7 @@ import shutil
 import nbformat
 import pytest
 
+from tests.kernels import unix_sockets_config
 from tests.notebook_tools import ROOT, lesson_notebooks
 
 NOTEBOOKS = lesson_notebooks() + sorted((ROOT / "templates").glob("*.ipynb"))
@@ -97,6 +98,7 @@ def test_lesson_12_loads_its_stored_table_from_another_folder(tmp_path, monkeypa
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel imports this checkout's course_utils
     monkeypatch.setenv("MPLBACKEND", "Agg")
     resources = {"metadata": {"path": str(folder)}}
-    NotebookClient(nb, timeout=60, kernel_name="python3", resources=resources, shutdown_kernel="immediate").execute()
+    settings = {"resources": resources, "config": unix_sockets_config(), "shutdown_kernel": "immediate"}
+    NotebookClient(nb, timeout=60, kernel_name="python3", **settings).execute()
     printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
     assert "held-out accuracy, mean of 3 seeds" in printed

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from course_utils import induction
+from tests.kernels import unix_sockets_config
 
 ROOT = Path(__file__).resolve().parents[2]
 OTHER_SEEDS = [seed for seed in induction.load_runs()["seeds"] if seed != 0]
@@ -28,7 +29,13 @@ def run_lesson(name, parameters, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     out = tmp_path / name
     papermill.execute_notebook(
-        str(lesson), str(out), parameters=parameters, kernel_name="python3", cwd=str(lesson.parent), progress_bar=False
+        str(lesson),
+        str(out),
+        parameters=parameters,
+        kernel_name="python3",
+        cwd=str(lesson.parent),
+        progress_bar=False,
+        config=unix_sockets_config(),  # passed on to papermill's notebook client
     )
     nb = nbformat.read(out, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 from course_utils.training import fit, learning_rate
+from tests.kernels import unix_sockets_config
 
 
 def _linear_task(generator, batch=32):
@@ -104,7 +105,10 @@ def _run_in_a_kernel(code):
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate").execute()
+    client = NotebookClient(
+        nb, timeout=120, kernel_name="python3", config=unix_sockets_config(), shutdown_kernel="immediate"
+    )
+    client.execute()
     return nb.cells[0].outputs
 
 

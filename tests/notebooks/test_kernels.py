@@ -1,4 +1,4 @@
-"""nbval's kernels start on Unix sockets, and again when a start fails (tests/nbval_kernel.py)."""
+"""Notebook kernels start on Unix sockets; nbval's again when a start fails (tests/kernels.py)."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import nbformat
 import pytest
 
-from tests import nbval_kernel
+from tests import kernels
 from tests.notebook_tools import ROOT
 
 # the kernel says which transport it listens on; stored as Run All printed it here
@@ -47,9 +47,9 @@ def test_a_kernel_that_fails_to_start_is_started_again(monkeypatch):
             raise RuntimeError("Kernel didn't respond in 60 seconds")
         return "manager", "client"
 
-    monkeypatch.setattr(nbval_kernel, "_nbval_start_new_kernel", fails_once)
+    monkeypatch.setattr(kernels, "_nbval_start_new_kernel", fails_once)
     with pytest.warns(UserWarning, match=r"did not start \(Kernel didn't respond in 60 seconds\); try 2 of 3"):
-        started = nbval_kernel.start_new_kernel(startup_timeout=60, kernel_name="k", cwd="here")
+        started = kernels.start_new_kernel(startup_timeout=60, kernel_name="k", cwd="here")
     assert started == ("manager", "client")
     assert calls == [{"startup_timeout": 60, "kernel_name": "k", "cwd": "here"}] * 2
 
@@ -61,10 +61,10 @@ def test_a_kernel_that_never_starts_is_the_machines_problem(monkeypatch):
         calls.append(1)
         raise RuntimeError("Kernel died before replying to kernel_info")
 
-    monkeypatch.setattr(nbval_kernel, "_nbval_start_new_kernel", never_starts)
+    monkeypatch.setattr(kernels, "_nbval_start_new_kernel", never_starts)
     with pytest.warns(UserWarning), pytest.raises(RuntimeError) as failure:
-        nbval_kernel.start_new_kernel(kernel_name="k")
-    assert len(calls) == nbval_kernel.TRIES == 3
+        kernels.start_new_kernel(kernel_name="k")
+    assert len(calls) == kernels.TRIES == 3
     assert "no kernel started in 3 tries" in str(failure.value)
     assert "not of the notebook" in str(failure.value)
     assert "Kernel died before replying to kernel_info" in str(failure.value)
@@ -72,7 +72,30 @@ def test_a_kernel_that_never_starts_is_the_machines_problem(monkeypatch):
 
 @pytest.mark.skipif(os.name != "posix", reason="Unix sockets: on other systems the kernels keep TCP")
 def test_each_kernel_has_sockets_of_its_own():
-    first, second = nbval_kernel.KernelOnUnixSockets(), nbval_kernel.KernelOnUnixSockets()
+    first, second = kernels.KernelOnUnixSockets(), kernels.KernelOnUnixSockets()
     assert first.transport == second.transport == "ipc"
     assert first.ip != second.ip
     assert os.path.dirname(first.ip) == os.path.dirname(second.ip)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="Unix sockets: on other systems the kernels keep TCP")
+@pytest.mark.parametrize("runner", ["nbclient", "papermill"])
+def test_kernels_the_tests_start_themselves_listen_on_unix_sockets(runner, tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(TRANSPORT)])
+    if runner == "nbclient":
+        from nbclient import NotebookClient
+
+        NotebookClient(nb, kernel_name="python3", config=kernels.unix_sockets_config()).execute()
+    else:
+        import papermill
+
+        nbformat.write(nb, tmp_path / "in.ipynb")
+        papermill.execute_notebook(
+            str(tmp_path / "in.ipynb"),
+            str(tmp_path / "out.ipynb"),
+            kernel_name="python3",
+            progress_bar=False,
+            config=kernels.unix_sockets_config(),
+        )
+        nb = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    assert nb.cells[0].outputs[0]["text"] == "ipc\n"
