@@ -760,3 +760,95 @@ def occlusion_inputs(images, which, patch_size, background):
     if not isinstance(background, torch.Tensor) or background.shape != images.shape:
         got = tuple(background.shape) if isinstance(background, torch.Tensor) else type(background).__name__
         raise ValueError(f"background must be a tensor of the images' shape {tuple(images.shape)}, got {got}")
+
+
+# ---------------------------------------------------------------- serving (course_utils.serving, lesson 13)
+
+
+def gather_inputs(pool, block_table, length):
+    if not isinstance(pool, torch.Tensor) or pool.dim() != 4:
+        got = f"shape {tuple(pool.shape)}" if isinstance(pool, torch.Tensor) else type(pool).__name__
+        raise ValueError(f"pool must be a tensor [num_blocks, block_size, H_kv, d], got {got}")
+    if not isinstance(block_table, (list, tuple)) or not all(
+        isinstance(b, int) and not isinstance(b, bool) for b in block_table
+    ):
+        raise ValueError(f"block_table must be a list of block ids (ints), got {block_table!r}")
+    bad = [b for b in block_table if not 0 <= b < pool.shape[0]]
+    if bad:
+        raise ValueError(f"block ids {bad} are not blocks of this pool (0..{pool.shape[0] - 1})")
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= len(block_table) * pool.shape[1]:
+        raise ValueError(
+            f"length must be an int from 0 to {len(block_table) * pool.shape[1]} (the table's {len(block_table)} "
+            f"blocks of {pool.shape[1]} slots), got {length!r}"
+        )
+
+
+def chunk_sizes(num_cached, chunk_length):
+    if isinstance(num_cached, bool) or not isinstance(num_cached, int) or num_cached < 0:
+        raise ValueError(f"num_cached must be an int >= 0 (slots already in the cache), got {num_cached!r}")
+    positive_int(chunk_length, "chunk_length")
+
+
+def admit_inputs(waiting_lengths, num_running, num_free_blocks, block_size, max_batch):
+    if not isinstance(waiting_lengths, (list, tuple)) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in waiting_lengths
+    ):
+        raise ValueError(f"waiting_lengths must be a list of prompt lengths (ints >= 1), got {waiting_lengths!r}")
+    for name, value in (("num_running", num_running), ("num_free_blocks", num_free_blocks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    positive_int(block_size, "block_size")
+    positive_int(max_batch, "max_batch")
+
+
+def paged_append(cache, layer, keys, values):
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < cache.num_layers:
+        raise ValueError(f"layer must be an int from 0 to {cache.num_layers - 1}, got {layer!r}")
+    expected = tuple(cache.keys[layer].shape[2:])
+    for name, x in (("keys", keys), ("values", values)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or (x.shape[0], x.shape[2]) != expected:
+            got = f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(
+                f"{name} must be [H_kv, t, d] = [{expected[0]}, t, {expected[1]}] (one sequence, before RoPE), got {got}"
+            )
+    if keys.shape != values.shape:
+        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must have one shape")
+
+
+def serve_inputs(model, prompts, max_new_tokens, scheduler, max_batch, prefill_chunk):
+    """The requests as given, checked; returns max_new_tokens as one int per prompt."""
+    if scheduler not in ("continuous", "static"):
+        raise ValueError(f'scheduler must be "continuous" or "static", got {scheduler!r}')
+    positive_int(max_batch, "max_batch")
+    optional_positive_int(prefill_chunk, "prefill_chunk")
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts must be a non-empty list of prompts, each a list of token ids")
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, torch.Tensor):
+            raise ValueError(f"prompt {i} is a tensor: give each prompt as a list of token ids (tensor.tolist())")
+        if not isinstance(prompt, (list, tuple)) or not prompt:
+            raise ValueError(f"prompt {i} must be a non-empty list of token ids, got {prompt!r}")
+        if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < model.vocab_size for t in prompt):
+            raise ValueError(f"prompt {i} must hold token ids from 0 to {model.vocab_size - 1}")
+    counts = [max_new_tokens] * len(prompts) if not isinstance(max_new_tokens, (list, tuple)) else list(max_new_tokens)
+    if len(counts) != len(prompts):
+        raise ValueError(f"max_new_tokens gives {len(counts)} counts for {len(prompts)} prompts: one int, or one each")
+    counts = [positive_int(n, "max_new_tokens") for n in counts]
+    for i, (prompt, n) in enumerate(zip(prompts, counts)):
+        if len(prompt) + n > model.context:
+            raise ValueError(
+                f"prompt {i} has {len(prompt)} tokens and asks for {n} more: {len(prompt) + n} is longer than the "
+                f"model's context of {model.context} tokens; shorten the prompt or ask for fewer new tokens"
+            )
+    return counts
+
+
+def requests_fit(prompts, counts, cache):
+    """Refuse a request that would not fit the whole pool alone (preempting others could never make room)."""
+    for i, (prompt, n) in enumerate(zip(prompts, counts)):
+        needed = -(-(len(prompt) + n) // cache.block_size)
+        if needed > cache.num_blocks:
+            raise ValueError(
+                f"request {i} needs {needed} blocks of {cache.block_size} slots ({len(prompt)} + {n} tokens), more than "
+                f"the pool's {cache.num_blocks}: refused. Give num_blocks >= {needed}"
+            )
