@@ -834,7 +834,7 @@ def serve_inputs(model, prompts, max_new_tokens, scheduler, max_batch, prefill_c
     if len(counts) != len(prompts):
         raise ValueError(f"max_new_tokens gives {len(counts)} counts for {len(prompts)} prompts: one int, or one each")
     counts = [positive_int(n, "max_new_tokens") for n in counts]
-    for i, (prompt, n) in enumerate(zip(prompts, counts)):
+    for i, (prompt, n) in enumerate(zip(prompts, counts, strict=True)):
         if len(prompt) + n > model.context:
             raise ValueError(
                 f"prompt {i} has {len(prompt)} tokens and asks for {n} more: {len(prompt) + n} is longer than the "
@@ -845,7 +845,7 @@ def serve_inputs(model, prompts, max_new_tokens, scheduler, max_batch, prefill_c
 
 def requests_fit(prompts, counts, cache):
     """Refuse a request that would not fit the whole pool alone (preempting others could never make room)."""
-    for i, (prompt, n) in enumerate(zip(prompts, counts)):
+    for i, (prompt, n) in enumerate(zip(prompts, counts, strict=True)):
         needed = -(-(len(prompt) + n) // cache.block_size)
         if needed > cache.num_blocks:
             raise ValueError(

@@ -27,7 +27,6 @@ slot when attention reads them; a sequence's slots are its positions, so a share
 at the same positions in every sequence that shares it, and its keys are the same.
 """
 
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field

@@ -63,7 +63,7 @@ def test_paged_decoding_gives_the_dense_caches_logits(trained, block_size):
         with torch.no_grad():
             alone = torch.cat([trained(torch.tensor([t]), dense[i])[:, -1] for i, t in batch])
         assert (paged - alone).abs().max() <= 1e-5
-        batch = [(i, [int(row.argmax())]) for (i, _), row in zip(batch, alone)]
+        batch = [(i, [int(row.argmax())]) for (i, _), row in zip(batch, alone, strict=True)]
         assert [t for _, t in batch] == [[int(row.argmax())] for row in paged]
 
 
@@ -72,7 +72,7 @@ def test_generate_batch_equals_decoding_each_prompt_alone(trained, scheduler):
     prompts = _prompts(trained, [5, 30, 12, 60, 2, 20], seed=1)
     counts = [9, 3, 20, 6, 12, 1]
     outputs = generate_batch(trained, prompts, counts, scheduler=scheduler, block_size=4, max_batch=3)
-    for prompt, n, out in zip(prompts, counts, outputs):
+    for prompt, n, out in zip(prompts, counts, outputs, strict=True):
         assert out == generate(trained, torch.tensor([prompt]), n)[0].tolist()
 
 
