@@ -27,6 +27,7 @@ from course_utils import (
     long_range,
     modern,
     recall,
+    serving,
     softmax,
     translation,
     vision,
@@ -268,6 +269,19 @@ BAD_INPUTS = {
     "patchify": [(lambda: vision.patchify(_z(2, 16, 16, 3), 4), ValueError, "look channels-last")],
     "previous_token_score": [
         (lambda: head_scores.previous_token_score(torch.ones(1, 1)), ValueError, "needs at least 2 tokens, got 1"),
+    ],
+    "gather_blocks": [
+        (
+            lambda: serving.gather_blocks(_z(4, 2, 1, 3), [1, 4], 3),
+            ValueError,
+            "block ids [4] are not blocks of this pool (0..3)",
+        )
+    ],
+    "chunk_mask": [
+        (lambda: serving.chunk_mask(-1, 2), ValueError, "num_cached must be an int >= 0 (slots already in the cache)")
+    ],
+    "admit": [
+        (lambda: serving.admit([3, 0], 0, 4, 4, 8), ValueError, "waiting_lengths must be a list of prompt lengths")
     ],
     "recall_sequences": [
         (
