@@ -17,8 +17,8 @@ Public API (tests outside the course rely on these names):
 - ``gather_blocks``, ``chunk_mask``, ``admit``: the lesson's exercises (read through a block
   table; the mask of a chunk against the cache; continuous batching's admission rule).
 - ``paged_forward``: one forward of lesson 10's model over the new tokens of many sequences
-  at once, flattened into one matrix for the weights, attention read per sequence through
-  the cache.
+  at once, flattened into one matrix for the weights; attention reads every sequence's
+  slots through its block table, padded to the longest, in one call.
 - ``serve``: the scheduler loop (static or continuous batching, chunked prefill, prefix
   caching, preemption), with what it measured; ``generate_batch``: its outputs alone.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from course_utils import _validate
-from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
+from course_utils.attention import scaled_dot_product_attention, split_heads
 from course_utils.modern import apply_rope, repeat_kv
 
 __all__ = [
@@ -189,19 +189,35 @@ class PagedKVCache:
         self.reused_tokens += cached
         return cached
 
+    def reserve(self, seq_id, new_tokens):
+        """Take the blocks seq_id needs to hold ``new_tokens`` more slots (``OutOfBlocks`` if the pool has none)."""
+        table = self._sequence(seq_id)
+        for _ in range(self.blocks_needed(seq_id, new_tokens)):
+            table.append(self._take_block(seq_id))
+
+    def slots(self, seq_id, start, stop):
+        """Where slots start..stop-1 of seq_id live, as indices into a pool laid flat ([num_blocks * block_size])."""
+        table = torch.tensor(self._sequence(seq_id), dtype=torch.long)
+        positions = torch.arange(start, stop)
+        return table[positions // self.block_size] * self.block_size + positions % self.block_size
+
     def append(self, seq_id, layer, keys, values):
         """Write t new slots of one layer: keys and values [H_kv, t, d]; blocks are taken as they are needed."""
-        table = self._sequence(seq_id)
+        self._sequence(seq_id)
         _validate.paged_append(self, layer, keys, values)
-        start = self._lengths[seq_id][layer]
-        for i in range(keys.shape[1]):
-            slot = start + i
-            if slot // self.block_size == len(table):
-                table.append(self._take_block(seq_id))
-            block, offset = table[slot // self.block_size], slot % self.block_size
-            self.keys[layer][block, offset] = keys[:, i]
-            self.values[layer][block, offset] = values[:, i]
-        self._lengths[seq_id][layer] = start + keys.shape[1]
+        start, t = self._lengths[seq_id][layer], keys.shape[1]
+        self.reserve(seq_id, start + t - self._lengths[seq_id][0])  # layer 0 may have taken them already
+        self.write(layer, self.slots(seq_id, start, start + t), keys, values)
+        self._lengths[seq_id][layer] = start + t
+
+    def write(self, layer, slot_ids, keys, values):
+        """Put keys and values [H_kv, N, d] at slot_ids [N] (from ``slots``) of one layer's pool, in one copy."""
+        self.keys[layer].view(-1, *self.keys[layer].shape[2:])[slot_ids] = keys.transpose(0, 1)
+        self.values[layer].view(-1, *self.values[layer].shape[2:])[slot_ids] = values.transpose(0, 1)
+
+    def advance(self, seq_id, new_tokens):
+        """Count ``new_tokens`` more slots as written in every layer (after ``write`` has filled them)."""
+        self._lengths[seq_id] = [n + new_tokens for n in self._lengths[seq_id]]
 
     def gather(self, seq_id, layer):
         """Every slot of seq_id in ``layer``: (keys, values), each [H_kv, n, d]."""
@@ -247,16 +263,14 @@ def dense_cache_slots(lengths, max_length):
 # ---------------------------------------------------------------- the model, reading through the cache
 
 
-def _attend(attention, query, keys, values):
-    """Attention of a chunk's queries [H, t, d] (the last t of the n slots) over keys/values [H_kv, n, d]."""
-    t, n = query.shape[1], keys.shape[1]
-    slots = torch.arange(n)
-    query = apply_rope(query, slots[n - t :], attention.rope_base)
-    keys = apply_rope(keys, slots, attention.rope_base)
-    n_rep = attention.num_heads // attention.num_kv_heads
-    keys, values = repeat_kv(keys[None], n_rep)[0], repeat_kv(values[None], n_rep)[0]
-    context, _ = scaled_dot_product_attention(query, keys, values, chunk_mask(n - t, t))
-    return context
+def _read_mask(num_cached, chunk_lengths):
+    """[B, 1, t_max, n_max]: each sequence's chunk_mask, padded (padding rows may read the sequence's own slots)."""
+    t_max, n_max = max(chunk_lengths), max(c + t for c, t in zip(num_cached, chunk_lengths, strict=True))
+    mask = torch.zeros(len(chunk_lengths), 1, t_max, n_max, dtype=torch.bool)
+    for b, (cached, t) in enumerate(zip(num_cached, chunk_lengths, strict=True)):
+        mask[b, 0, :t, : cached + t] = chunk_mask(cached, t)
+        mask[b, 0, t:, : cached + t] = True  # rows of no token: any row without -inf everywhere; dropped after
+    return mask
 
 
 @torch.no_grad()
@@ -265,25 +279,43 @@ def paged_forward(model, cache, batch):
 
     batch: (seq_id, new token ids) pairs; each sequence's earlier tokens are in the cache. The
     new tokens of all sequences are stacked into one [N, d_model] matrix, so every weight is
-    read once for all of them; attention alone runs per sequence, through its block table.
+    read once for all of them. Attention reads each sequence's slots through its block table,
+    padded to the longest so that one call serves the batch, with each sequence's ``chunk_mask``.
     Returns the logits after each sequence's last new token.
     """
-    lengths = [len(tokens) for _, tokens in batch]
+    seq_ids, lengths = [seq_id for seq_id, _ in batch], [len(tokens) for _, tokens in batch]
+    cached = [cache.length(seq_id, 0) for seq_id in seq_ids]
+    for seq_id, t in zip(seq_ids, lengths, strict=True):
+        cache.reserve(seq_id, t)
+    # where the new tokens go, and where each sequence's slots are read from: the same in every layer
+    write_ids = torch.cat([cache.slots(s, c, c + t) for s, c, t in zip(seq_ids, cached, lengths, strict=True)])
+    read_ids = torch.nn.utils.rnn.pad_sequence(
+        [cache.slots(s, 0, c + t) for s, c, t in zip(seq_ids, cached, lengths, strict=True)], batch_first=True
+    )  # [B, n_max], padded with slot 0 (masked out)
+    positions = torch.cat([torch.arange(c, c + t) for c, t in zip(cached, lengths, strict=True)])  # RoPE: the slots
+    mask = _read_mask(cached, lengths)
+    is_token = torch.arange(max(lengths))[None] < torch.tensor(lengths)[:, None]  # [B, t_max]
     x = model.token_embedding(torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long))
     for layer, block in enumerate(model.blocks):
         attention, h = block.attention, block.norm1(x)
-        queries, keys, values = (
-            p(h).split(lengths) for p in (attention.query_linear, attention.key_linear, attention.value_linear)
-        )
-        contexts = []
-        for (seq_id, _), q, k, v in zip(batch, queries, keys, values, strict=True):
-            cache.append(seq_id, layer, split_heads(k[None], attention.num_kv_heads)[0],
-                         split_heads(v[None], attention.num_kv_heads)[0])  # fmt: skip
-            contexts.append(
-                _attend(attention, split_heads(q[None], attention.num_heads)[0], *cache.gather(seq_id, layer))
-            )
-        x = x + attention.output_linear(torch.cat([combine_heads(c[None])[0] for c in contexts]))
+        heads, kv_heads = attention.num_heads, attention.num_kv_heads
+        query = split_heads(attention.query_linear(h)[None], heads)[0]  # [H, N, d]
+        cache.write(layer, write_ids, split_heads(attention.key_linear(h)[None], kv_heads)[0],
+                    split_heads(attention.value_linear(h)[None], kv_heads)[0])  # fmt: skip
+        keys = cache.keys[layer].view(-1, kv_heads, query.shape[-1])[read_ids].transpose(1, 2)  # [B, H_kv, n_max, d]
+        values = cache.values[layer].view(-1, kv_heads, query.shape[-1])[read_ids].transpose(1, 2)
+        keys = apply_rope(keys, torch.arange(keys.shape[2]), attention.rope_base)  # slot = position
+        query = apply_rope(query, positions, attention.rope_base)
+        padded = torch.zeros(len(batch), max(lengths), heads, query.shape[-1])
+        padded[is_token] = query.transpose(0, 1)  # [B, t_max, H, d]
+        n_rep = heads // kv_heads
+        context, _ = scaled_dot_product_attention(
+            padded.transpose(1, 2), repeat_kv(keys, n_rep), repeat_kv(values, n_rep), mask
+        )  # [B, H, t_max, d]
+        x = x + attention.output_linear(context.transpose(1, 2)[is_token].flatten(1))  # the tokens' rows: [N, H * d]
         x = x + block.feed_forward(block.norm2(x))
+    for seq_id, t in zip(seq_ids, lengths, strict=True):
+        cache.advance(seq_id, t)
     last = torch.tensor(lengths).cumsum(0) - 1
     return model.output_linear(model.final_norm(x[last]))
 
@@ -299,6 +331,7 @@ class _Request:
     tokens: list = field(default_factory=list)  # prompt + what it generated so far
     computed: int = 0  # tokens whose keys and values are in the cache
     first_token_s: float = None
+    first_token_step: int = None
     finished_s: float = None
 
 
@@ -314,6 +347,7 @@ class ServeResult:
     preempted: list  # (step, request index) of each preemption
     peak_blocks: int  # most blocks held at once
     time_to_first_token: list
+    first_token_steps: list  # the forward pass (counted from 1) that gave each request its first token
     finish_times: list
     total_s: float
 
@@ -415,7 +449,8 @@ def serve(
             if r.computed < len(r.tokens):
                 continue  # a chunk of the prompt: no token yet
             r.tokens.append(int(row.argmax()))
-            r.first_token_s = now if r.first_token_s is None else r.first_token_s
+            if r.first_token_s is None:
+                r.first_token_s, r.first_token_step = now, result["steps"]
             if len(r.tokens) == len(r.prompt) + r.max_new_tokens:
                 r.finished_s = now
                 cache.free(r.index)
@@ -424,6 +459,7 @@ def serve(
         outputs=[r.tokens for r in requests],
         reused_tokens=cache.reused_tokens,
         time_to_first_token=[r.first_token_s for r in requests],
+        first_token_steps=[r.first_token_step for r in requests],
         finish_times=[r.finished_s for r in requests],
         total_s=time.perf_counter() - start,
         _prompt_lengths=[len(r.prompt) for r in requests],

@@ -44,6 +44,7 @@ OTHERWISE = {
     "ablation_effects": {"float64": PASSES},  # a float64 effect table is fine
     "causal_mask": {"int64": PASSES, "float16": PASSES, "float64": PASSES},  # a 0/1 mask may have any dtype
     "sliding_window_mask": {"int64": PASSES, "float16": PASSES, "float64": PASSES},
+    "chunk_mask": {"int64": PASSES, "float16": PASSES, "float64": PASSES},
     # token ids: int64 is what they are already
     "decode_greedily": {
         "int64": PASSES,
@@ -68,6 +69,7 @@ NO_TENSOR_OUTPUT = {  # exercise id -> what it returns instead
     "most_attended_tokens": "tokens, as strings",
     "swap_and_translate": "translations, as strings",
     "training_step": "the loss as a Python float",
+    "admit": "a count, as a Python int",
     "flash_forward_kernel": "nothing: a Triton kernel writes its outputs into buffers",
 }
 CONVERTED = [i for i in exercise_ids() if i not in NO_TENSOR_OUTPUT]

@@ -112,3 +112,12 @@ def test_every_lesson_runs_with_other_values_of_its_parameters(name, tmp_path, m
     assert len(injected) == 1 and all(f"{key} = " in injected[0].source for key in parameters)
     if "RESULTS_CSV" in parameters:
         assert Path(parameters["RESULTS_CSV"]).read_text().count("\n") > 1, "the benchmark table was not saved"
+
+
+@pytest.mark.seeds
+def test_lesson_13_runs_with_another_model_stream_and_cache(tmp_path, monkeypatch):
+    """Every equality the lesson asserts holds for another stored model, batch size and block size."""
+    params = {"SEED": 2, "NUM_REQUESTS": 12, "MAX_BATCH": 3, "BLOCK_SIZE": 4}
+    _, printed = run_lesson("13_serving_attention.ipynb", params, tmp_path, monkeypatch)
+    assert "lesson 10's model, seed 2" in printed and "12 requests" in printed
+    assert "block size  4: each prompt alone, largest logit difference below 1e-5: True" in printed
