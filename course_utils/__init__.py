@@ -24,6 +24,7 @@
 - linear_attention: linear attention's parallel and recurrent forms, the delta rule, decoding memory (lesson 12)
 - recall:       multi-query associative recall and five one-layer models to compare on it (lesson 12)
 - serving:      a paged KV cache, static and continuous batching, chunked prefill, prefix caching (lesson 13)
+- long_context: RoPE scaling past the trained length: interpolation, NTK, dynamic NTK, YaRN, Llama 3 (lesson 14)
 - exercises:    ``check``, ``hint(id, level)``, ``show_solution``; exercises.tamper_guard: the checks'
                 comparison functions kept as they were, so replacing one cannot forge a pass
 - data:         the lessons' small data files, and data_path(name) to find them

@@ -852,3 +852,43 @@ def requests_fit(prompts, counts, cache):
                 f"request {i} needs {needed} blocks of {cache.block_size} slots ({len(prompt)} + {n} tokens), more than "
                 f"the pool's {cache.num_blocks}: refused. Give num_blocks >= {needed}"
             )
+
+
+# ---------------------------------------------------------------- long context (course_utils.long_context, lesson 14)
+
+ROPE_OPTIONS = {
+    "default": (),
+    "linear": (),
+    "ntk": (),
+    "dynamic": ("seq_len",),
+    "yarn": ("beta_fast", "beta_slow", "attention_factor"),
+    "llama3": ("low_freq_factor", "high_freq_factor"),
+}
+
+
+def rope_scaling_inputs(kind, head_dim, base, factor, original_length, options, kinds):
+    """The options of one RoPE scaling method, checked (each must be a number; seq_len an int >= 1)."""
+    if kind not in kinds:
+        raise ValueError(f"kind must be one of {', '.join(repr(k) for k in kinds)}, got {kind!r}")
+    head_dim = positive_int(head_dim, "head_dim")
+    if head_dim % 2 or head_dim < 4:
+        raise ValueError(f"RoPE rotates pairs of features: head_dim must be even and at least 4, got {head_dim}")
+    for name, value in (("base", base), ("factor", factor)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if not base > 1:
+        raise ValueError(f"base must be > 1 (lesson 08's RoPE uses 10000.0), got {base!r}")
+    if kind in ("dynamic", "yarn", "llama3"):
+        positive_int(original_length, "original_length (the trained context, e.g. 128)")
+    unknown = sorted(set(options) - set(ROPE_OPTIONS[kind]))
+    if unknown:
+        allowed = ", ".join(ROPE_OPTIONS[kind]) or "none"
+        raise ValueError(f"{kind!r} takes no option {', '.join(unknown)} (its options: {allowed})")
+    if kind == "dynamic" and "seq_len" in options:
+        positive_int(options["seq_len"], "seq_len (the length being read)")
+    for name, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if kind == "llama3" and options.get("high_freq_factor", 4.0) <= options.get("low_freq_factor", 1.0):
+        raise ValueError("high_freq_factor must be larger than low_freq_factor (Llama 3.1: 4 and 1)")
+    return options
