@@ -174,7 +174,8 @@ class PagedKVCache:
         table, key = [], None
         if prompt is not None:
             prompt = [int(t) for t in prompt]
-            for start in range(0, len(prompt) - 1 - self.block_size + 1, self.block_size):
+            # blocks that end before the prompt's last token: that one is always computed
+            for start in range(0, len(prompt) - self.block_size, self.block_size):
                 key = (key, tuple(prompt[start : start + self.block_size]))
                 block = self._block_of.get(key)
                 if block is None:
