@@ -84,6 +84,9 @@ def test_continuous_batching_takes_fewer_steps_than_static(trained):
     assert static.outputs == continuous.outputs
     # static: 4 batches of (2, 30) tokens, 30 steps each; continuous refills the short request's slot
     assert static.steps == 4 * 30 and continuous.steps < static.steps
+    # static: the second group's prefill waits for the first group's 30th pass; continuous: a seat frees after pass 2
+    assert static.first_token_steps[:4] == [1, 1, 31, 31]
+    assert continuous.first_token_steps[:3] == [1, 1, 3]
 
 
 def test_chunked_prefill_and_prefix_caching_keep_the_outputs(trained):
