@@ -892,3 +892,12 @@ def rope_scaling_inputs(kind, head_dim, base, factor, original_length, options, 
     if kind == "llama3" and options.get("high_freq_factor", 4.0) <= options.get("low_freq_factor", 1.0):
         raise ValueError("high_freq_factor must be larger than low_freq_factor (Llama 3.1: 4 and 1)")
     return options
+
+
+def rope_frequencies_for(inv_freq, head_dim):
+    if not isinstance(inv_freq, torch.Tensor) or tuple(inv_freq.shape) != (head_dim // 2,):
+        got = tuple(inv_freq.shape) if isinstance(inv_freq, torch.Tensor) else type(inv_freq).__name__
+        raise ValueError(
+            f"inv_freq must be a tensor [head_dim / 2] = [{head_dim // 2}] for this model's heads of {head_dim} "
+            f"(rope_inverse_frequencies(kind, {head_dim}, ...)[0]), got {got}"
+        )

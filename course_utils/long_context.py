@@ -24,6 +24,10 @@ transformers' ``rope_parameters``:
   than L / high_freq_factor kept, a smooth mix in between.
 
 Returns (inv_freq [d / 2] float32, attention_scaling). The computation runs in float64.
+
+``logits_with_rope(model, tokens, inv_freq, attention_scaling)`` runs lesson 10's model on
+tokens [B, T] of any length with those frequencies in place of its own: the way to read it past
+its trained 128 tokens with a scaling method (with the default frequencies it is the model itself).
 """
 
 import math
@@ -31,8 +35,10 @@ import math
 import torch
 
 from course_utils import _validate
+from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
+from course_utils.modern import repeat_kv, rotate_half
 
-__all__ = ["rope_inverse_frequencies", "KINDS"]
+__all__ = ["rope_inverse_frequencies", "logits_with_rope", "KINDS"]
 
 KINDS = ("default", "linear", "ntk", "dynamic", "yarn", "llama3")
 
@@ -78,3 +84,34 @@ def rope_inverse_frequencies(kind, head_dim, base, factor=1.0, original_length=N
         mix = ((original_length / wavelength - low) / (high - low)).clamp(0, 1)  # 0: interpolate, 1: keep
         theta = (1 - mix) * theta / factor + mix * theta
     return theta.float(), scaling
+
+
+def _rotate(x, inv_freq, attention_scaling):
+    """RoPE with given frequencies (lesson 08's rotate_half layout) at positions 0..T-1 of x [B, H, T, d].
+
+    attention_scaling multiplies cos and sin, as transformers does: queries and keys both carry it, so
+    the attention logits are multiplied by its square (YaRN's temperature 1/t with sqrt(1/t) = scaling)."""
+    angles = torch.arange(x.shape[-2], dtype=torch.float32)[:, None] * inv_freq.float()
+    angles = torch.cat((angles, angles), dim=-1)
+    cos, sin = angles.cos() * attention_scaling, angles.sin() * attention_scaling
+    return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
+
+
+@torch.no_grad()
+def logits_with_rope(model, tokens, inv_freq, attention_scaling=1.0):
+    """Lesson 10's model on tokens [B, T] (any T) with RoPE frequencies inv_freq [head_dim / 2]: [B, T, vocab]."""
+    model._check_tokens(tokens)
+    head_dim = model.blocks[0].attention.head_dim
+    _validate.rope_frequencies_for(inv_freq, head_dim)
+    x = model.token_embedding(tokens)
+    mask = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).tril()
+    for block in model.blocks:
+        attention, h = block.attention, block.norm1(x)
+        query = _rotate(split_heads(attention.query_linear(h), attention.num_heads), inv_freq, attention_scaling)
+        key = _rotate(split_heads(attention.key_linear(h), attention.num_kv_heads), inv_freq, attention_scaling)
+        value = split_heads(attention.value_linear(h), attention.num_kv_heads)
+        n_rep = attention.num_heads // attention.num_kv_heads
+        context, _ = scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), mask)
+        x = x + attention.output_linear(combine_heads(context))
+        x = x + block.feed_forward(block.norm2(x))
+    return model.output_linear(model.final_norm(x))

@@ -8,7 +8,8 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from course_utils.long_context import rope_inverse_frequencies
+from course_utils.language_model import load_trained_model
+from course_utils.long_context import logits_with_rope, rope_inverse_frequencies
 from course_utils.modern import rope_frequencies
 
 OPTIONS = {"linear": {}, "dynamic": {}, "yarn": {}, "llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0}}
@@ -84,3 +85,19 @@ def test_yarn_keeps_fast_dimensions_interpolates_slow_ones_and_tempers_attention
 def test_bad_input_gets_a_clear_error(call, words):
     with pytest.raises(ValueError, match=words):
         call()
+
+
+def test_the_model_with_its_own_frequencies_is_the_model_and_reads_past_128_tokens():
+    model, _ = load_trained_model(0)
+    tokens = torch.randint(0, model.vocab_size, (2, 40), generator=torch.Generator().manual_seed(0))
+    own = rope_inverse_frequencies("default", model.blocks[0].attention.head_dim, 10000.0)[0]
+    with torch.no_grad():
+        assert (logits_with_rope(model, tokens, own) - model(tokens)).abs().max() <= 1e-5
+    long = torch.randint(0, model.vocab_size, (1, 300), generator=torch.Generator().manual_seed(1))
+    yarn, scaling = rope_inverse_frequencies("yarn", 16, 10000.0, 4.0, 128)
+    scaled = logits_with_rope(model, long, yarn, scaling)
+    assert scaled.shape == (1, 300, model.vocab_size) and torch.isfinite(scaled).all()
+    with torch.no_grad():  # the first position attends to itself alone: RoPE cannot change it
+        assert (scaled[:, 0] - model(long[:, :1])[:, 0]).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match=r"inv_freq must be a tensor \[head_dim / 2\] = \[8\]"):
+        logits_with_rope(model, tokens, own[:4])
