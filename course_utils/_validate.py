@@ -889,6 +889,8 @@ def rope_scaling_inputs(kind, head_dim, base, factor, original_length, options, 
     for name, value in options.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if kind == "yarn" and options.get("beta_fast", 32) <= options.get("beta_slow", 1):
+        raise ValueError("beta_fast must be larger than beta_slow: turns over the trained length (YaRN: 32 and 1)")
     if kind == "llama3" and options.get("high_freq_factor", 4.0) <= options.get("low_freq_factor", 1.0):
         raise ValueError("high_freq_factor must be larger than low_freq_factor (Llama 3.1: 4 and 1)")
     return options

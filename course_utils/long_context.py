@@ -33,14 +33,39 @@ its trained 128 tokens with a scaling method (with the default frequencies it is
 import math
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-from course_utils import _validate
+from course_utils import _validate, context_use
+from course_utils import language_model as lm
 from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
 from course_utils.modern import repeat_kv, rotate_half
+from course_utils.training import fit
 
-__all__ = ["rope_inverse_frequencies", "logits_with_rope", "KINDS"]
+__all__ = [
+    "KINDS",
+    "rope_inverse_frequencies",
+    "yarn_frequencies",
+    "logits_with_rope",
+    "loss_by_position",
+    "attention_entropy",
+    "long_texts",
+    "copy_losses",
+    "unseen_dimensions",
+    "RopeScaledModel",
+    "method_frequencies",
+    "measure",
+    "fine_tune",
+    "ORIGINAL_LENGTH",
+    "BUCKETS",
+    "DISTANCES",
+]
 
 KINDS = ("default", "linear", "ntk", "dynamic", "yarn", "llama3")
+ORIGINAL_LENGTH = 128  # lesson 10's trained context
+BUCKETS = ((0, 128), (128, 256), (256, 512), (512, 1024))  # positions whose next-token loss is averaged
+DISTANCES = (32, 64, 96, 192, 384, 768)  # copy probe: tokens between a word and its repeat
+MAX_LENGTH = 4096  # tokens one call may read: 16 x 4096^2 attention weights per layer stay under 2 GB
 
 
 def _speeds(head_dim, base):
@@ -62,6 +87,21 @@ def _yarn_ramp(head_dim, base, original_length, beta_fast, beta_slow):
     return ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
 
 
+def yarn_frequencies(head_dim, base, factor, original_length, beta_fast=32, beta_slow=1):
+    """YaRN's frequencies and temperature (lesson 14's exercise): (inv_freq [head_dim / 2] float32, attention_scaling).
+
+    Fast dimensions (more than beta_fast turns over original_length) keep their speed, slow ones (fewer
+    than beta_slow turns) are interpolated (divided by factor), a linear ramp in between; the attention
+    scaling 0.1 ln(factor) + 1 goes on cos and sin, so the logits carry its square (the paper's 1/t)."""
+    options = {"beta_fast": beta_fast, "beta_slow": beta_slow}
+    _validate.rope_scaling_inputs("yarn", head_dim, base, factor, original_length, options, KINDS)
+    theta = _speeds(head_dim, base)
+    ramp = _yarn_ramp(head_dim, base, original_length, beta_fast, beta_slow)  # 1: interpolate, 0: keep
+    inv_freq = (theta / factor) * ramp + theta * (1 - ramp)
+    scaling = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return inv_freq.float(), scaling
+
+
 def rope_inverse_frequencies(kind, head_dim, base, factor=1.0, original_length=None, **options):
     """(inverse frequencies [head_dim / 2], attention scaling) of one RoPE scaling method; see the module's list."""
     options = _validate.rope_scaling_inputs(kind, head_dim, base, factor, original_length, options, KINDS)
@@ -75,9 +115,9 @@ def rope_inverse_frequencies(kind, head_dim, base, factor=1.0, original_length=N
             factor = factor * seq_len / original_length - (factor - 1)
         theta = _speeds(head_dim, base * factor ** (head_dim / (head_dim - 2)))
     elif kind == "yarn":
-        ramp = _yarn_ramp(head_dim, base, original_length, options.get("beta_fast", 32), options.get("beta_slow", 1))
-        theta = (theta / factor) * ramp + theta * (1 - ramp)
-        scaling = options.get("attention_factor", 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+        betas = {name: options[name] for name in ("beta_fast", "beta_slow") if name in options}
+        theta, scaling = yarn_frequencies(head_dim, base, factor, original_length, **betas)
+        scaling = options.get("attention_factor", scaling)
     elif kind == "llama3":
         low, high = options.get("low_freq_factor", 1.0), options.get("high_freq_factor", 4.0)
         wavelength = 2 * math.pi / theta
@@ -97,12 +137,13 @@ def _rotate(x, inv_freq, attention_scaling):
     return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
 
 
-@torch.no_grad()
-def logits_with_rope(model, tokens, inv_freq, attention_scaling=1.0):
-    """Lesson 10's model on tokens [B, T] (any T) with RoPE frequencies inv_freq [head_dim / 2]: [B, T, vocab]."""
-    model._check_tokens(tokens)
-    head_dim = model.blocks[0].attention.head_dim
-    _validate.rope_frequencies_for(inv_freq, head_dim)
+def _entropy(weights):
+    """Entropy in nats of each attention row [..., T]: 0 for one token read, ln(n) for n read evenly."""
+    return -(weights * weights.clamp_min(1e-30).log()).sum(dim=-1)
+
+
+def _forward(model, tokens, inv_freq, attention_scaling, entropies=None):
+    """Lesson 10's forward with RoPE at inv_freq; appends each layer's attention entropies [B, H, T] to entropies."""
     x = model.token_embedding(tokens)
     mask = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).tril()
     for block in model.blocks:
@@ -111,7 +152,137 @@ def logits_with_rope(model, tokens, inv_freq, attention_scaling=1.0):
         key = _rotate(split_heads(attention.key_linear(h), attention.num_kv_heads), inv_freq, attention_scaling)
         value = split_heads(attention.value_linear(h), attention.num_kv_heads)
         n_rep = attention.num_heads // attention.num_kv_heads
-        context, _ = scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), mask)
+        context, weights = scaled_dot_product_attention(query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), mask)
+        if entropies is not None:
+            entropies.append(_entropy(weights))
         x = x + attention.output_linear(combine_heads(context))
         x = x + block.feed_forward(block.norm2(x))
     return model.output_linear(model.final_norm(x))
+
+
+def _checked(model, tokens, inv_freq):
+    model._check_tokens(tokens)
+    _validate.rope_frequencies_for(inv_freq, model.blocks[0].attention.head_dim)
+    if tokens.shape[1] > MAX_LENGTH:
+        raise ValueError(
+            f"at most {MAX_LENGTH} tokens at once (attention keeps a T x T matrix per head), got {tokens.shape[1]}"
+        )
+
+
+@torch.no_grad()
+def logits_with_rope(model, tokens, inv_freq, attention_scaling=1.0):
+    """Lesson 10's model on tokens [B, T] (any T) with RoPE frequencies inv_freq [head_dim / 2]: [B, T, vocab]."""
+    _checked(model, tokens, inv_freq)
+    return _forward(model, tokens, inv_freq, attention_scaling)
+
+
+@torch.no_grad()
+def loss_by_position(model, tokens, inv_freq, attention_scaling=1.0):
+    """Next-token loss at every position of tokens [B, T], averaged over the batch: [T - 1] (entry t predicts t + 1)."""
+    _checked(model, tokens, inv_freq)
+    logits = _forward(model, tokens, inv_freq, attention_scaling)[:, :-1]
+    losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+    return losses.mean(dim=0)
+
+
+@torch.no_grad()
+def attention_entropy(model, tokens, inv_freq, attention_scaling=1.0):
+    """Mean entropy (nats) of the attention rows at each query position, per layer: [layers, T]."""
+    _checked(model, tokens, inv_freq)
+    entropies = []
+    _forward(model, tokens, inv_freq, attention_scaling, entropies)
+    return torch.stack([e.mean(dim=(0, 1)) for e in entropies])
+
+
+def long_texts(tokenizer, length, count, skip=0):
+    """count texts of ``length`` tokens: lesson 10's held-out stories, one after another: [count, length].
+
+    skip: how many texts' worth of tokens to pass over first (so that two uses can draw different texts)."""
+    length, count = _validate.positive_int(length, "length"), _validate.positive_int(count, "count")
+    ids = tokenizer.encode("".join(lm.validation_stories()))
+    needed = (skip + count) * length
+    if needed > len(ids):
+        raise ValueError(f"the held-out stories hold {len(ids)} tokens, {needed} were asked for")
+    return ids[skip * length : needed].reshape(count, length)
+
+
+@torch.no_grad()
+def copy_losses(model, tokenizer, distance, inv_freq, attention_scaling=1.0, length=16, count=32, seed=0):
+    """Loss on the second copy of ``length`` random story words said again ``distance`` tokens later.
+
+    Between the copies: held-out story text (distance - length tokens). The first word of the copy is
+    not scored (nothing says which string comes back until it has started). Returns the mean loss."""
+    length, count = _validate.positive_int(length, "length"), _validate.positive_int(count, "count")
+    distance = _validate.positive_int(distance, "distance")
+    if distance < length:
+        raise ValueError(f"distance must be at least length ({length}): the copies would overlap, got {distance}")
+    words = context_use.story_words(tokenizer)
+    generator = torch.Generator().manual_seed(seed)
+    string = words[torch.randint(len(words), (count, length), generator=generator)]
+    filler = long_texts(tokenizer, distance - length, count) if distance > length else string[:, :0]
+    tokens = torch.cat([string, filler, string], dim=1)
+    return loss_by_position(model, tokens, inv_freq, attention_scaling)[-(length - 1) :].mean().item()
+
+
+def unseen_dimensions(inv_freq, length, trained_inv_freq, original_length):
+    """Which rotation pairs turn, at ``length``, through angles training never showed: [head_dim / 2] bool.
+
+    Over the trained length a pair turned at most (original_length - 1) * theta radians; if that is a full
+    turn (2 pi) or more it has seen every angle, else any larger angle is new."""
+    trained = (original_length - 1) * trained_inv_freq.double()
+    return (trained < 2 * math.pi) & ((length - 1) * inv_freq.double() > trained + 1e-9)
+
+
+class RopeScaledModel(nn.Module):
+    """Lesson 10's model (its own weights, trained in place) with fixed RoPE frequencies: for fine-tuning with ``fit``."""
+
+    def __init__(self, model, inv_freq, attention_scaling=1.0):
+        super().__init__()
+        _validate.rope_frequencies_for(inv_freq, model.blocks[0].attention.head_dim)
+        self.model, self.attention_scaling = model, attention_scaling
+        self.register_buffer("inv_freq", inv_freq.float().clone())
+
+    def forward(self, tokens):
+        _checked(self.model, tokens, self.inv_freq)
+        return _forward(self.model, tokens, self.inv_freq, self.attention_scaling)
+
+
+def method_frequencies(model, kind, factor, length):
+    """(inv_freq, attention_scaling) of one method for lesson 10's model reading ``length`` tokens.
+
+    Only dynamic NTK depends on the length: its factor grows with the text being read."""
+    attention = model.blocks[0].attention
+    options = {"seq_len": length} if kind == "dynamic" else {}
+    return rope_inverse_frequencies(kind, attention.head_dim, attention.rope_base, factor, model.context, **options)
+
+
+def measure(model, tokenizer, kind, factor, texts, distances=DISTANCES):
+    """Loss per bucket of positions (``BUCKETS``) of texts [B, T] and copy losses at ``distances``: {name: float}.
+
+    Each bucket is read at its own end (dynamic NTK's factor is that of the text read so far)."""
+    results = {}
+    if kind == "dynamic":  # positions a..b-1 are read as the first b tokens, with the factor for b
+        for a, b in BUCKETS:
+            logits = logits_with_rope(model, texts[:, :b], *method_frequencies(model, kind, factor, b))
+            targets = texts[:, 1 : b + 1]
+            losses = F.cross_entropy(logits[:, : targets.shape[1]].transpose(1, 2), targets, reduction="none")
+            results[f"loss {a}-{b - 1}"] = losses[:, a:b].mean().item()
+    else:
+        losses = loss_by_position(model, texts, *method_frequencies(model, kind, factor, texts.shape[1]))
+        results.update({f"loss {a}-{b - 1}": losses[a:b].mean().item() for a, b in BUCKETS})
+    for d in distances:
+        frequencies = method_frequencies(model, kind, factor, d + 16)
+        results[f"copy {d}"] = copy_losses(model, tokenizer, d, *frequencies)
+    return results
+
+
+def fine_tune(model, kind, factor, train_ids, words, steps, seed, length=256, batch_size=8, repeats=2, **fit_options):
+    """Train lesson 10's model in place at ``length`` tokens with one method's frequencies; fit's history.
+
+    The batches are lesson 10's mix (``batch_sampler``: crops of the stories, ``repeats`` of them strings of
+    random ``words`` said again and again), only longer. fit_options go to ``fit`` (lr, warmup, evaluate, ...)."""
+    if kind == "dynamic":
+        raise ValueError("dynamic NTK changes with the length read; fine-tune with 'ntk' at the target factor instead")
+    wrapped = RopeScaledModel(model, *method_frequencies(model, kind, factor, length))
+    sample_batch = lm.batch_sampler(train_ids, batch_size, length, repeats, words)
+    return fit(wrapped, sample_batch, steps=steps, seed=seed, progress=False, **fit_options)

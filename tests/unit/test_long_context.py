@@ -1,13 +1,20 @@
 """course_utils.long_context: RoPE scaling's frequencies against transformers' reference, and bad input."""
 
+import importlib.util
+import json
 import logging
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from course_utils import context_use
+from course_utils import language_model as lm
+from course_utils import long_context as lc
+from course_utils.data import data_path
 from course_utils.language_model import load_trained_model
 from course_utils.long_context import logits_with_rope, rope_inverse_frequencies
 from course_utils.modern import rope_frequencies
@@ -80,6 +87,8 @@ def test_yarn_keeps_fast_dimensions_interpolates_slow_ones_and_tempers_attention
             r"seq_len \(the length being read\) must be a positive int",
         ),
         (lambda: rope_inverse_frequencies("ntk", 16, 1.0, 2.0), "base must be > 1"),
+        (lambda: lc.yarn_frequencies(16, 10000.0, 4.0, 128, beta_fast=1, beta_slow=32), "beta_fast must be larger"),
+        (lambda: lc.yarn_frequencies(16, 10000.0, -4.0, 128), "factor must be a number > 0"),
     ],
 )
 def test_bad_input_gets_a_clear_error(call, words):
@@ -101,3 +110,127 @@ def test_the_model_with_its_own_frequencies_is_the_model_and_reads_past_128_toke
         assert (scaled[:, 0] - model(long[:, :1])[:, 0]).abs().max() <= 1e-5
     with pytest.raises(ValueError, match=r"inv_freq must be a tensor \[head_dim / 2\] = \[8\]"):
         logits_with_rope(model, tokens, own[:4])
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    return load_trained_model(0)
+
+
+def _own(model):
+    return lc.method_frequencies(model, "default", 1.0, model.context)
+
+
+def test_yarn_frequencies_are_rope_inverse_frequencies_yarn():
+    for factor, betas in [(8.0, {}), (4.0, {"beta_fast": 16, "beta_slow": 2}), (1.0, {})]:
+        inv_freq, scaling = lc.yarn_frequencies(16, 10000.0, factor, 128, **betas)
+        expected, expected_scaling = rope_inverse_frequencies("yarn", 16, 10000.0, factor, 128, **betas)
+        assert torch.equal(inv_freq, expected) and scaling == expected_scaling
+    assert lc.yarn_frequencies(16, 10000.0, 8.0, 128)[1] == pytest.approx(0.1 * math.log(8) + 1)
+
+
+def test_loss_by_position_and_entropy_are_the_models_own(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    texts = lc.long_texts(tokenizer, 100, 3)
+    losses = lc.loss_by_position(model, texts, *_own(model))
+    with torch.no_grad():
+        logits = model(texts)
+    expected = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), texts[:, 1:], reduction="none")
+    assert losses.shape == (99,) and (losses - expected.mean(0)).abs().max() <= 1e-5
+    weights = lm.attention_weights(model, texts)  # [layers, B, H, T, T]
+    entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1).mean(dim=(1, 2))
+    measured = lc.attention_entropy(model, texts, *_own(model))
+    assert measured.shape == (2, 100) and (measured - entropy).abs().max() <= 1e-5
+    assert measured[:, 0].abs().max() <= 1e-6  # the first token reads itself alone
+
+
+def test_long_texts_are_the_held_out_stories_in_order(model_and_tokenizer):
+    _, tokenizer = model_and_tokenizer
+    ids = tokenizer.encode("".join(lm.validation_stories()))
+    texts = lc.long_texts(tokenizer, 50, 4, skip=2)
+    assert torch.equal(texts.reshape(-1), ids[100:300])
+    with pytest.raises(ValueError, match="the held-out stories hold"):
+        lc.long_texts(tokenizer, 10**6, 2)
+
+
+def test_copy_losses_at_the_shortest_distance_are_lesson_10s_repeat_losses(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    _, second = context_use.repeat_losses(model, tokenizer, length=32, count=64, seed=0)
+    assert lc.copy_losses(model, tokenizer, 32, *_own(model), length=32, count=64) == pytest.approx(second, abs=1e-5)
+    far = lc.copy_losses(model, tokenizer, 96, *_own(model), length=32, count=8)
+    assert far > second  # copying 64 story tokens later is harder than straight after
+    with pytest.raises(ValueError, match="distance must be at least length"):
+        lc.copy_losses(model, tokenizer, 8, *_own(model))
+
+
+def test_unseen_dimensions():
+    theta = rope_frequencies(16)
+    assert not lc.unseen_dimensions(theta, 128, theta, 128).any()
+    expected = 127 * theta.double() < 2 * math.pi  # the pairs that never made a full turn in 128 tokens
+    assert torch.equal(lc.unseen_dimensions(theta, 1024, theta, 128), expected) and 0 < expected.sum() < 8
+    linear, _ = rope_inverse_frequencies("linear", 16, 10000.0, 8.0)
+    assert not lc.unseen_dimensions(linear, 8 * 127 + 1, theta, 128).any()  # interpolation: no new angle
+    assert lc.unseen_dimensions(linear, 8 * 127 + 9, theta, 128).any()
+
+
+def test_dynamic_ntk_is_the_model_up_to_the_trained_length(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    texts = lc.long_texts(tokenizer, 1024, 2)
+    dynamic = lc.measure(model, tokenizer, "dynamic", 8.0, texts, distances=(32,))
+    default = lc.measure(model, tokenizer, "default", 8.0, texts, distances=(32,))
+    assert dynamic["loss 0-127"] == pytest.approx(default["loss 0-127"], abs=1e-6)
+    assert dynamic["copy 32"] == pytest.approx(default["copy 32"], abs=1e-6)
+    assert dynamic["loss 128-255"] != pytest.approx(default["loss 128-255"], abs=1e-3)
+    own = lc.loss_by_position(model, texts, *_own(model))  # the buckets are the same positions for both
+    assert default["loss 512-1023"] == pytest.approx(own[512:].mean().item(), abs=1e-6)
+
+
+def test_rope_scaled_model_trains_the_models_own_weights(model_and_tokenizer):
+    _, tokenizer = model_and_tokenizer
+    model, _ = load_trained_model(1)  # its own copy: the backward below leaves gradients on it
+    inv_freq, scaling = lc.method_frequencies(model, "yarn", 4.0, 512)
+    wrapped = lc.RopeScaledModel(model, inv_freq, scaling)
+    tokens = lc.long_texts(tokenizer, 200, 2)
+    assert torch.equal(wrapped(tokens), logits_with_rope(model, tokens, inv_freq, scaling))
+    wrapped(tokens).sum().backward()
+    assert model.token_embedding.weight.grad is not None and "inv_freq" not in dict(wrapped.named_parameters())
+    with pytest.raises(ValueError, match=f"at most {lc.MAX_LENGTH} tokens"):
+        logits_with_rope(model, torch.zeros(1, lc.MAX_LENGTH + 1, dtype=torch.long), inv_freq, scaling)
+    with pytest.raises(ValueError, match="dynamic NTK changes with the length read"):
+        lc.fine_tune(model, "dynamic", 8.0, tokens[0], tokens[0], 1, 0)
+
+
+def _script():
+    path = Path(__file__).resolve().parents[2] / "scripts" / "long_context_runs.py"
+    spec = importlib.util.spec_from_file_location("long_context_runs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _stored():
+    return json.loads(data_path("long_context_runs.json").read_text())
+
+
+def test_the_stored_runs_cover_every_seed_and_method():
+    script, stored = _script(), _stored()
+    assert stored["settings"] == script.SETTINGS and stored["seeds"] == [0, 1, 2]
+    assert stored["methods"] == list(lc.KINDS) and stored["distances"] == list(lc.DISTANCES)
+    for seed in ("0", "1", "2"):
+        for kind in lc.KINDS:
+            run = stored["runs"][seed][kind]
+            assert set(run["untrained"]) == {f"loss {a}-{b - 1}" for a, b in lc.BUCKETS} | {
+                f"copy {d}" for d in lc.DISTANCES
+            }
+            if kind in script.FINE_TUNED:
+                assert run["eval_steps"] == list(range(script.EVAL_EVERY, 301, script.EVAL_EVERY))
+                assert all(len(curve) == len(run["eval_steps"]) for curve in run["curves"].values())
+
+
+@pytest.mark.parametrize("kind", ["yarn", "default"])
+def test_the_script_reproduces_the_stored_first_steps_and_untrained_measures(kind):
+    script, stored = _script(), _stored()
+    run = script.run_one({**stored["settings"], "steps": script.FIRST_STEPS}, seed=0, kind=kind)
+    expected = stored["runs"]["0"][kind]
+    assert run["first_losses"] == pytest.approx(expected["first_losses"], rel=1e-4)
+    assert run["untrained"] == pytest.approx(expected["untrained"], abs=2e-4)
