@@ -30,7 +30,9 @@ tokens [B, T] of any length with those frequencies in place of its own: the way 
 its trained 128 tokens with a scaling method (with the default frequencies it is the model itself).
 """
 
+import json
 import math
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -39,6 +41,7 @@ import torch.nn.functional as F
 from course_utils import _validate, context_use
 from course_utils import language_model as lm
 from course_utils.attention import combine_heads, scaled_dot_product_attention, split_heads
+from course_utils.data import DATA_DIR
 from course_utils.modern import repeat_kv, rotate_half
 from course_utils.training import fit
 
@@ -50,7 +53,9 @@ __all__ = [
     "loss_by_position",
     "attention_entropy",
     "long_texts",
+    "copy_probe_tokens",
     "copy_losses",
+    "load_runs",
     "unseen_dimensions",
     "RopeScaledModel",
     "method_frequencies",
@@ -65,6 +70,7 @@ KINDS = ("default", "linear", "ntk", "dynamic", "yarn", "llama3")
 ORIGINAL_LENGTH = 128  # lesson 10's trained context
 BUCKETS = ((0, 128), (128, 256), (256, 512), (512, 1024))  # positions whose next-token loss is averaged
 DISTANCES = (32, 64, 96, 192, 384, 768)  # copy probe: tokens between a word and its repeat
+RESULTS_FILE = "long_context_runs.json"  # written by scripts/long_context_runs.py
 MAX_LENGTH = 4096  # tokens one call may read: 16 x 4096^2 attention weights per layer stay under 2 GB
 
 
@@ -206,12 +212,9 @@ def long_texts(tokenizer, length, count, skip=0):
     return ids[skip * length : needed].reshape(count, length)
 
 
-@torch.no_grad()
-def copy_losses(model, tokenizer, distance, inv_freq, attention_scaling=1.0, length=16, count=32, seed=0):
-    """Loss on the second copy of ``length`` random story words said again ``distance`` tokens later.
-
-    Between the copies: held-out story text (distance - length tokens). The first word of the copy is
-    not scored (nothing says which string comes back until it has started). Returns the mean loss."""
+def copy_probe_tokens(tokenizer, distance, length=16, count=32, seed=0):
+    """The copy probe's texts [count, distance + length]: ``length`` random story words, held-out story text,
+    the same words again, the second copy starting ``distance`` tokens after the first."""
     length, count = _validate.positive_int(length, "length"), _validate.positive_int(count, "count")
     distance = _validate.positive_int(distance, "distance")
     if distance < length:
@@ -220,8 +223,22 @@ def copy_losses(model, tokenizer, distance, inv_freq, attention_scaling=1.0, len
     generator = torch.Generator().manual_seed(seed)
     string = words[torch.randint(len(words), (count, length), generator=generator)]
     filler = long_texts(tokenizer, distance - length, count) if distance > length else string[:, :0]
-    tokens = torch.cat([string, filler, string], dim=1)
+    return torch.cat([string, filler, string], dim=1)
+
+
+@torch.no_grad()
+def copy_losses(model, tokenizer, distance, inv_freq, attention_scaling=1.0, length=16, count=32, seed=0):
+    """Loss on the second copy of ``length`` random story words said again ``distance`` tokens later.
+
+    The texts are ``copy_probe_tokens``'. The first word of the copy is not scored (nothing says which
+    string comes back until it has started). Returns the mean loss."""
+    tokens = copy_probe_tokens(tokenizer, distance, length, count, seed)
     return loss_by_position(model, tokens, inv_freq, attention_scaling)[-(length - 1) :].mean().item()
+
+
+def load_runs(path=None):
+    """The measurements stored by scripts/long_context_runs.py (settings, and runs[seed][method])."""
+    return json.loads(Path(path or DATA_DIR / RESULTS_FILE).read_text())
 
 
 def unseen_dimensions(inv_freq, length, trained_inv_freq, original_length):

@@ -45,22 +45,24 @@ SEEDS = [0, 1, 2]
 FINE_TUNED = ["default", "linear", "ntk", "yarn", "llama3"]
 EVAL_EVERY = 60
 FIRST_STEPS = 10
-RESULTS_FILE = "long_context_runs.json"
 
 
 def rounded(measures):
     return {name: round(value, 4) for name, value in measures.items()}
 
 
-def run_one(settings, seed, kind):
-    """One method on one seed: its measurements before and during the fine-tune."""
+def run_one(settings, seed, kind, distances=lc.DISTANCES, evaluate_during=True):
+    """One method on one seed: its measurements before and during the fine-tune.
+
+    distances and evaluate_during=False make the reproduction test cheaper (fewer copy probes, no measures
+    while training)."""
     torch.set_num_threads(1)
     model, tokenizer = lm.load_trained_model(seed)
     _, train_ids, _ = lm.corpus_splits()
     texts = lc.long_texts(tokenizer, settings["text_length"], settings["texts"])
 
     def evaluate():
-        measures = lc.measure(model, tokenizer, kind, settings["factor"], texts)
+        measures = lc.measure(model, tokenizer, kind, settings["factor"], texts, distances)
         model.train()
         return measures
 
@@ -80,13 +82,14 @@ def run_one(settings, seed, kind):
             repeats=settings["repeats"],
             lr=settings["lr"],
             warmup=settings["warmup"],
-            evaluate=evaluate,
+            evaluate=evaluate if evaluate_during else None,
             eval_every=EVAL_EVERY,
         )
         run["first_losses"] = history["loss"][:FIRST_STEPS]
         run["loss_every_10"] = [round(x, 4) for x in history["loss"][::10]]
-        run["eval_steps"] = history["eval_steps"]
-        run["curves"] = {name: [round(x, 4) for x in history[name]] for name in run["untrained"]}
+        if evaluate_during:
+            run["eval_steps"] = history["eval_steps"]
+            run["curves"] = {name: [round(x, 4) for x in history[name]] for name in run["untrained"]}
     run["cpu_seconds"] = round(time.process_time() - start)
     return run
 
@@ -119,7 +122,7 @@ def main(argv=None):
     if args.dry_run:
         print(json.dumps(results["runs"], indent=1)[:3000])
     else:
-        (DATA_DIR / RESULTS_FILE).write_text(json.dumps(results, indent=1) + "\n")
+        (DATA_DIR / lc.RESULTS_FILE).write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
