@@ -52,6 +52,7 @@ __all__ = [
     "logits_with_rope",
     "loss_by_position",
     "attention_entropy",
+    "loss_and_entropy",
     "long_texts",
     "copy_probe_tokens",
     "copy_losses",
@@ -78,31 +79,25 @@ def _speeds(head_dim, base):
     return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
 
 
-def _yarn_ramp(head_dim, base, original_length, beta_fast, beta_slow):
-    """0 for dimensions kept as they are (extrapolated), 1 for those interpolated, linear in between.
-
-    Dimension i turns original_length * theta_i / (2 pi) times over the trained length; the ramp's ends
-    are the dimensions that turn beta_fast and beta_slow times, rounded outwards to whole dimensions."""
-
-    def dimension_turning(turns):  # solve L * base^(-2i/d) / (2 pi) = turns for i
-        return head_dim * math.log(original_length / (turns * 2 * math.pi)) / (2 * math.log(base))
-
-    low = max(math.floor(dimension_turning(beta_fast)), 0)
-    high = min(math.ceil(dimension_turning(beta_slow)), head_dim - 1)
-    high = high + 0.001 if low == high else high  # a ramp of width zero would divide by zero
-    return ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
-
-
 def yarn_frequencies(head_dim, base, factor, original_length, beta_fast=32, beta_slow=1):
     """YaRN's frequencies and temperature (lesson 14's exercise): (inv_freq [head_dim / 2] float32, attention_scaling).
 
-    Fast dimensions (more than beta_fast turns over original_length) keep their speed, slow ones (fewer
-    than beta_slow turns) are interpolated (divided by factor), a linear ramp in between; the attention
-    scaling 0.1 ln(factor) + 1 goes on cos and sin, so the logits carry its square (the paper's 1/t)."""
-    options = {"beta_fast": beta_fast, "beta_slow": beta_slow}
-    _validate.rope_scaling_inputs("yarn", head_dim, base, factor, original_length, options, KINDS)
-    theta = _speeds(head_dim, base)
-    ramp = _yarn_ramp(head_dim, base, original_length, beta_fast, beta_slow)  # 1: interpolate, 0: keep
+    Pair i turns original_length * theta_i / (2 pi) times over the trained length. Pairs that turn more than
+    beta_fast times keep their speed, pairs that turn fewer than beta_slow times are interpolated (divided by
+    factor), a linear ramp in between, its ends rounded outwards to whole pairs. The attention scaling
+    0.1 ln(factor) + 1 goes on cos and sin, so the logits carry its square (the paper's 1/t)."""
+    _validate.rope_scaling_inputs(
+        "yarn", head_dim, base, factor, original_length, {"beta_fast": beta_fast, "beta_slow": beta_slow}, KINDS
+    )
+    theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+
+    def pair_turning(turns):  # solve original_length * base^(-2i / d) / (2 pi) = turns for i
+        return head_dim * math.log(original_length / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(pair_turning(beta_fast)), 0)
+    high = min(math.ceil(pair_turning(beta_slow)), head_dim - 1)
+    high = high + 0.001 if low == high else high  # a ramp of width zero would divide by zero
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)  # 1: interpolate
     inv_freq = (theta / factor) * ramp + theta * (1 - ramp)
     scaling = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
     return inv_freq.float(), scaling
@@ -194,10 +189,17 @@ def loss_by_position(model, tokens, inv_freq, attention_scaling=1.0):
 @torch.no_grad()
 def attention_entropy(model, tokens, inv_freq, attention_scaling=1.0):
     """Mean entropy (nats) of the attention rows at each query position, per layer: [layers, T]."""
+    return loss_and_entropy(model, tokens, inv_freq, attention_scaling)[1]
+
+
+@torch.no_grad()
+def loss_and_entropy(model, tokens, inv_freq, attention_scaling=1.0):
+    """``loss_by_position`` and ``attention_entropy`` from one forward pass: ([T - 1], [layers, T])."""
     _checked(model, tokens, inv_freq)
     entropies = []
-    _forward(model, tokens, inv_freq, attention_scaling, entropies)
-    return torch.stack([e.mean(dim=(0, 1)) for e in entropies])
+    logits = _forward(model, tokens, inv_freq, attention_scaling, entropies)[:, :-1]
+    losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+    return losses.mean(dim=0), torch.stack([e.mean(dim=(0, 1)) for e in entropies])
 
 
 def long_texts(tokenizer, length, count, skip=0):

@@ -56,6 +56,8 @@ OTHERWISE = {
     "recall_sequences": {"int64": PASSES, "float16": checking.NOT_IDS},
     "sample_next_token": {"int64": PASSES, "float16": checking.NOT_IDS},
     "gradient_by_distance": {"list": long_range.G_NOT_A_TENSOR},  # the card asks for a tensor
+    # speeds computed from Python numbers: no input dtype to keep, and float64 holds them better than float32
+    "yarn_frequencies": {"float64": PASSES},
     # a loss: 0-d already, and it must stay attached to the logits
     "next_token_loss": {
         "int64": language_model.LOSS_DETACHED,

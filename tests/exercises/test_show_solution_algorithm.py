@@ -24,6 +24,7 @@ from course_utils import (
     induction,
     language_model,
     linear_attention,
+    long_context,
     long_range,
     modern,
     recall,
@@ -360,6 +361,18 @@ BAD_INPUTS = {
             ValueError,
             "block_size must be a positive int, got 0 (int)",
         )
+    ],
+    "yarn_frequencies": [
+        (
+            lambda: long_context.yarn_frequencies(16, 10000.0, 4.0, 128, beta_fast=1, beta_slow=32),
+            ValueError,
+            "beta_fast must be larger than beta_slow: turns over the trained length (YaRN: 32 and 1)",
+        ),
+        (
+            lambda: long_context.yarn_frequencies(2, 10000.0, 4.0, 128),
+            ValueError,
+            "RoPE rotates pairs of features: head_dim must be even and at least 4, got 2",
+        ),
     ],
 }
 

@@ -142,6 +142,8 @@ def test_loss_by_position_and_entropy_are_the_models_own(model_and_tokenizer):
     measured = lc.attention_entropy(model, texts, *_own(model))
     assert measured.shape == (2, 100) and (measured - entropy).abs().max() <= 1e-5
     assert measured[:, 0].abs().max() <= 1e-6  # the first token reads itself alone
+    both = lc.loss_and_entropy(model, texts, *_own(model))
+    assert (both[0] - expected.mean(0)).abs().max() <= 1e-5 and (both[1] - entropy).abs().max() <= 1e-5
 
 
 def test_long_texts_are_the_held_out_stories_in_order(model_and_tokenizer):
@@ -157,6 +159,8 @@ def test_copy_losses_at_the_shortest_distance_are_lesson_10s_repeat_losses(model
     model, tokenizer = model_and_tokenizer
     _, second = context_use.repeat_losses(model, tokenizer, length=32, count=64, seed=0)
     assert lc.copy_losses(model, tokenizer, 32, *_own(model), length=32, count=64) == pytest.approx(second, abs=1e-5)
+    tokens = lc.copy_probe_tokens(tokenizer, 96, length=32, count=8)
+    assert tokens.shape == (8, 128) and torch.equal(tokens[:, :32], tokens[:, 96:])
     far = lc.copy_losses(model, tokenizer, 96, *_own(model), length=32, count=8)
     assert far > second  # copying 64 story tokens later is harder than straight after
     with pytest.raises(ValueError, match="distance must be at least length"):
