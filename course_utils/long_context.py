@@ -57,7 +57,7 @@ __all__ = [
     "copy_probe_tokens",
     "copy_losses",
     "load_runs",
-    "unseen_dimensions",
+    "angle_ratios",
     "RopeScaledModel",
     "method_frequencies",
     "measure",
@@ -243,13 +243,14 @@ def load_runs(path=None):
     return json.loads(Path(path or DATA_DIR / RESULTS_FILE).read_text())
 
 
-def unseen_dimensions(inv_freq, length, trained_inv_freq, original_length):
-    """Which rotation pairs turn, at ``length``, through angles training never showed: [head_dim / 2] bool.
+def angle_ratios(inv_freq, length, trained_inv_freq, original_length):
+    """How far each rotation pair turns at ``length`` tokens, as a multiple of what training showed: [head_dim / 2].
 
-    Over the trained length a pair turned at most (original_length - 1) * theta radians; if that is a full
-    turn (2 pi) or more it has seen every angle, else any larger angle is new."""
+    Over the trained length a pair turned at most (original_length - 1) * theta radians. A pair that made a full
+    turn (2 pi) has seen every angle: NaN. For the others, above 1 means angles training never showed."""
     trained = (original_length - 1) * trained_inv_freq.double()
-    return (trained < 2 * math.pi) & ((length - 1) * inv_freq.double() > trained + 1e-9)
+    ratios = (length - 1) * inv_freq.double() / trained
+    return torch.where(trained < 2 * math.pi, ratios, torch.nan)
 
 
 class RopeScaledModel(nn.Module):
@@ -269,9 +270,14 @@ class RopeScaledModel(nn.Module):
 def method_frequencies(model, kind, factor, length):
     """(inv_freq, attention_scaling) of one method for lesson 10's model reading ``length`` tokens.
 
-    Only dynamic NTK depends on the length: its factor grows with the text being read."""
+    Only dynamic NTK depends on the length: it scales by the factor the text read so far needs,
+    s = max(1, length / L) (the YaRN paper's parametrisation, section 3.3), so ``factor`` is not used: in
+    transformers' formula, f * length / L - (f - 1), that is f = 1 (f = 8 would scale by 57 at 1,024 tokens)."""
     attention = model.blocks[0].attention
-    options = {"seq_len": length} if kind == "dynamic" else {}
+    if kind == "dynamic":
+        factor, options = 1.0, {"seq_len": length}
+    else:
+        options = {}
     return rope_inverse_frequencies(kind, attention.head_dim, attention.rope_base, factor, model.context, **options)
 
 

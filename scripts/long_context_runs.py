@@ -2,6 +2,7 @@
 
     python scripts/long_context_runs.py                   # 3 seeds x 5 methods (about 17 minutes on 2 cores)
     python scripts/long_context_runs.py --steps 10 --seeds 0 --methods yarn --dry-run   # the first steps only
+    python scripts/long_context_runs.py --methods dynamic --keep-others   # one method again, the rest kept
 
 For every seed of lesson 10's model and every method (factor 8: from 128 to 1,024 tokens): the loss per
 bucket of positions of 8 held-out texts of 1,024 tokens and the copy losses at each distance
@@ -100,6 +101,7 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
     parser.add_argument("--methods", nargs="+", default=list(lc.KINDS))
     parser.add_argument("--dry-run", action="store_true", help="print the results, write nothing")
+    parser.add_argument("--keep-others", action="store_true", help="replace only these runs in the stored file")
     args = parser.parse_args(argv)
     settings = {**SETTINGS, "steps": args.steps}
     jobs = [(seed, kind) for seed in args.seeds for kind in args.methods]
@@ -115,6 +117,9 @@ def main(argv=None):
         "distances": list(lc.DISTANCES),
         "runs": {},
     }
+    if args.keep_others:  # the stored file with the runs of these seeds and methods replaced
+        results = lc.load_runs()
+        assert results["settings"] == settings, "--keep-others needs the stored settings"
     for (seed, kind), run in zip(jobs, runs, strict=True):
         results["runs"].setdefault(str(seed), {})[kind] = run
         last = run["curves"]["loss 512-1023"][-1] if "curves" in run else None

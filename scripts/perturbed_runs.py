@@ -10,6 +10,7 @@ and records how far every cell's numbers moved (conftest.py's --nbval-spread). E
     python scripts/perturbed_runs.py --only as-is     # some of them
     python scripts/perturbed_runs.py --notebooks notebooks/10_language_model.ipynb   # one lesson, all of them
     python scripts/perturbed_runs.py --write-spread   # also store the spreads in tests/nbval_spread.json
+    python scripts/perturbed_runs.py --notebooks notebooks/14_long_context.ipynb --write-spread   # one lesson's
 
 tests/nbval_spread.json keeps each machine's measurements (a new machine adds its own); the tolerance of a
 cell must be at least twice every deviation stored there (tests/notebooks/test_nbval_tolerance.py).
@@ -120,14 +121,20 @@ def table(results):
                 print(f"      {name:28s} abs {x['max_abs']:.3g}  rel {x['max_rel']:.3g}{words}")
 
 
-def write_spread(results):
-    """Store this machine's spreads in tests/nbval_spread.json, keeping other machines' measurements."""
+def write_spread(results, only=()):
+    """Store this machine's spreads in tests/nbval_spread.json, keeping other machines' measurements.
+
+    only: the notebook files that were run, when not all of them: the other notebooks' cells are kept."""
     stored = json.loads(SPREAD_FILE.read_text()) if SPREAD_FILE.exists() else {"machines": {}}
     this = stored["machines"].setdefault(machine(), {})
     for name, (_, lines) in results.items():
+        kept = {}
+        if only:  # a run of some notebooks replaces their cells only
+            kept = {k: v for k, v in this.get(name, {}).get("cells", {}).items() if k.split(":Cell ")[0] not in only}
         this[name] = {
             "environment": PERTURBATIONS[name],
-            "cells": {
+            "cells": kept
+            | {
                 key: {k: x[k] for k in ("first_line", "max_abs", "max_rel", "pairs", "same_words")}
                 for key, x in moved(lines, numbers_only=True).items()  # changed words fail the run itself
             },
@@ -143,14 +150,12 @@ def main():
     parser.add_argument("--stored", action="store_true", help="run nothing: read the last runs from artifacts/")
     parser.add_argument("--notebooks", nargs="+", default=["notebooks"], help="only these notebooks (a quick check)")
     args = parser.parse_args()
-    if args.write_spread and args.notebooks != ["notebooks"]:
-        parser.error("--write-spread stores every notebook's spreads: run all of them")
     print(f"this machine: {machine()}")
     names = args.only or [name for name in PERTURBATIONS if name != "aten-avx2" or has_avx512()]
     results = {name: load(name) if args.stored else run(name, PERTURBATIONS[name], args.notebooks) for name in names}
     table(results)
     if args.write_spread:
-        write_spread(results)
+        write_spread(results, [Path(n).name for n in args.notebooks if n != "notebooks"])
     failed = [name for name, (code, _) in results.items() if code != 0]
     print(f"\n{len(results) - len(failed)} of {len(results)} runs passed" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0

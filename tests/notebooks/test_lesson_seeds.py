@@ -121,3 +121,12 @@ def test_lesson_13_runs_with_another_model_stream_and_cache(tmp_path, monkeypatc
     _, printed = run_lesson("13_serving_attention.ipynb", params, tmp_path, monkeypatch)
     assert "lesson 10's model, seed 2" in printed and "12 requests" in printed
     assert "block size  4: each prompt alone, largest logit difference below 1e-5: True" in printed
+
+
+@pytest.mark.seeds
+def test_lesson_14_runs_with_another_model_and_fewer_texts(tmp_path, monkeypatch):
+    """The live cells compare another stored model with its stored runs, and replay its fine-tune's first steps."""
+    _, printed = run_lesson("14_long_context.ipynb", {"SEED": 1, "ENTROPY_TEXTS": 2}, tmp_path, monkeypatch)
+    assert "lesson 10's model, seed 1" in printed and "seed 1, live: loss 0-127" in printed
+    assert "equal to 1e-4 of their size: True" in printed
+    assert printed.count("below 1e-6: True") == 5

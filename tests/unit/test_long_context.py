@@ -167,14 +167,18 @@ def test_copy_losses_at_the_shortest_distance_are_lesson_10s_repeat_losses(model
         lc.copy_losses(model, tokenizer, 8, *_own(model))
 
 
-def test_unseen_dimensions():
+def test_angle_ratios():
     theta = rope_frequencies(16)
-    assert not lc.unseen_dimensions(theta, 128, theta, 128).any()
-    expected = 127 * theta.double() < 2 * math.pi  # the pairs that never made a full turn in 128 tokens
-    assert torch.equal(lc.unseen_dimensions(theta, 1024, theta, 128), expected) and 0 < expected.sum() < 8
+    full_turn = 127 * theta.double() >= 2 * math.pi  # the pairs that made a full turn in 128 tokens
+    assert 0 < full_turn.sum() < 8
+    same = lc.angle_ratios(theta, 128, theta, 128)
+    assert torch.equal(same.isnan(), full_turn) and torch.allclose(same[~full_turn], torch.ones(1, dtype=torch.float64))
+    assert torch.allclose(
+        lc.angle_ratios(theta, 1024, theta, 128)[~full_turn], torch.tensor(1023 / 127, dtype=torch.float64)
+    )
     linear, _ = rope_inverse_frequencies("linear", 16, 10000.0, 8.0)
-    assert not lc.unseen_dimensions(linear, 8 * 127 + 1, theta, 128).any()  # interpolation: no new angle
-    assert lc.unseen_dimensions(linear, 8 * 127 + 9, theta, 128).any()
+    ratios = lc.angle_ratios(linear, 8 * 127 + 1, theta, 128)  # interpolation: position 1016 turns as far as 127
+    assert torch.allclose(ratios[~full_turn], torch.ones(1, dtype=torch.float64), atol=1e-6)
 
 
 def test_dynamic_ntk_is_the_model_up_to_the_trained_length(model_and_tokenizer):
