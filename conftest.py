@@ -99,6 +99,7 @@ SLOWEST_FIRST = (
     "tests/tools/test_grade_class.py",
     "tests/tools/test_grade.py",
     "tests/tools/test_grade_kernel.py",
+    "tests/unit/test_long_context.py",
 )
 
 

@@ -19,7 +19,8 @@ transformers' ``rope_parameters``:
 - "yarn" (Peng, Quesnelle, Fan and Shippole 2023, "YaRN: Efficient Context Window Extension of
   Large Language Models"): per dimension, a ramp between interpolation (dimensions that turn fewer
   than ``beta_slow`` times over L) and extrapolation (more than ``beta_fast`` times), and an
-  attention temperature 0.1 ln(factor) + 1 on the logits (returned as ``attention_scaling``).
+  attention scaling 0.1 ln(factor) + 1 on cos and sin, so its square on the logits (returned as
+  ``attention_scaling``). ``yarn_paper_frequencies``: the same with the ramp as the paper writes it.
 - "llama3" (Meta's Llama 3.1): wavelengths longer than L / low_freq_factor interpolated, shorter
   than L / high_freq_factor kept, a smooth mix in between.
 
@@ -49,6 +50,7 @@ __all__ = [
     "KINDS",
     "rope_inverse_frequencies",
     "yarn_frequencies",
+    "yarn_paper_frequencies",
     "logits_with_rope",
     "loss_by_position",
     "attention_entropy",
@@ -101,6 +103,23 @@ def yarn_frequencies(head_dim, base, factor, original_length, beta_fast=32, beta
     inv_freq = (theta / factor) * ramp + theta * (1 - ramp)
     scaling = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
     return inv_freq.float(), scaling
+
+
+def yarn_paper_frequencies(head_dim, base, factor, original_length, beta_fast=32, beta_slow=1):
+    """YaRN with the ramp as its paper writes it: (inv_freq [head_dim / 2] float32, attention_scaling).
+
+    The paper (section 3.2, "NTK-by-parts") makes the ramp linear in the turns r_i = L theta_i / (2 pi) a pair
+    makes over the trained length: kept above beta_fast turns, interpolated below beta_slow, and
+    (r_i - beta_slow) / (beta_fast - beta_slow) of the way between. Its code and transformers make it linear
+    in the pair index between rounded ends instead (``yarn_frequencies``); lesson 14 measures both."""
+    _validate.rope_scaling_inputs(
+        "yarn", head_dim, base, factor, original_length, {"beta_fast": beta_fast, "beta_slow": beta_slow}, KINDS
+    )
+    theta = _speeds(head_dim, base)
+    turns = original_length * theta / (2 * math.pi)
+    keep = ((turns - beta_slow) / (beta_fast - beta_slow)).clamp(0, 1)  # the paper's gamma: 1 keeps the speed
+    scaling = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return ((1 - keep) * theta / factor + keep * theta).float(), scaling
 
 
 def rope_inverse_frequencies(kind, head_dim, base, factor=1.0, original_length=None, **options):
@@ -270,10 +289,12 @@ class RopeScaledModel(nn.Module):
 def method_frequencies(model, kind, factor, length):
     """(inv_freq, attention_scaling) of one method for lesson 10's model reading ``length`` tokens.
 
-    Only dynamic NTK depends on the length: it scales by the factor the text read so far needs,
-    s = max(1, length / L) (the YaRN paper's parametrisation, section 3.3), so ``factor`` is not used: in
+    kind: one of KINDS, or "yarn_paper" (``yarn_paper_frequencies``). Only dynamic NTK depends on the length:
+    it scales by the factor the text read so far needs, s = max(1, length / L) (the YaRN paper's parametrisation, section 3.3), so ``factor`` is not used: in
     transformers' formula, f * length / L - (f - 1), that is f = 1 (f = 8 would scale by 57 at 1,024 tokens)."""
     attention = model.blocks[0].attention
+    if kind == "yarn_paper":
+        return yarn_paper_frequencies(attention.head_dim, attention.rope_base, factor, model.context)
     if kind == "dynamic":
         factor, options = 1.0, {"seq_len": length}
     else:

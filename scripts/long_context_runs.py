@@ -1,6 +1,6 @@
 """Lesson 14's measurements: each RoPE scaling method on lesson 10's stored models, before and during a fine-tune.
 
-    python scripts/long_context_runs.py                   # 3 seeds x 5 methods (about 17 minutes on 2 cores)
+    python scripts/long_context_runs.py                   # 3 seeds x 7 methods (about 20 minutes on 2 cores)
     python scripts/long_context_runs.py --steps 10 --seeds 0 --methods yarn --dry-run   # the first steps only
     python scripts/long_context_runs.py --methods dynamic --keep-others   # one method again, the rest kept
 
@@ -43,7 +43,8 @@ SETTINGS = {
     "text_length": 1024,
 }
 SEEDS = [0, 1, 2]
-FINE_TUNED = ["default", "linear", "ntk", "yarn", "llama3"]
+METHODS = [*lc.KINDS, "yarn_paper"]  # yarn_paper: YaRN with its paper's ramp (long_context.yarn_paper_frequencies)
+FINE_TUNED = ["default", "linear", "ntk", "yarn", "yarn_paper", "llama3"]
 EVAL_EVERY = 60
 FIRST_STEPS = 10
 
@@ -99,7 +100,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=SETTINGS["steps"])
     parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
-    parser.add_argument("--methods", nargs="+", default=list(lc.KINDS))
+    parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     parser.add_argument("--dry-run", action="store_true", help="print the results, write nothing")
     parser.add_argument("--keep-others", action="store_true", help="replace only these runs in the stored file")
     args = parser.parse_args(argv)
@@ -120,6 +121,8 @@ def main(argv=None):
     if args.keep_others:  # the stored file with the runs of these seeds and methods replaced
         results = lc.load_runs()
         assert results["settings"] == settings, "--keep-others needs the stored settings"
+        results["methods"] = [k for k in METHODS if k in results["methods"] or k in args.methods]
+        results["fine_tuned"] = [k for k in results["methods"] if k in FINE_TUNED]
     for (seed, kind), run in zip(jobs, runs, strict=True):
         results["runs"].setdefault(str(seed), {})[kind] = run
         last = run["curves"]["loss 512-1023"][-1] if "curves" in run else None

@@ -167,6 +167,23 @@ def test_copy_losses_at_the_shortest_distance_are_lesson_10s_repeat_losses(model
         lc.copy_losses(model, tokenizer, 8, *_own(model))
 
 
+def test_yarn_paper_ramp_is_linear_in_the_turns():
+    theta = rope_frequencies(128, base=10000.0, dtype=torch.float64)
+    turns = 4096 * theta / (2 * math.pi)
+    got, scaling = lc.yarn_paper_frequencies(128, 10000.0, 16.0, 4096)
+    kept, interpolated = turns >= 32, turns <= 1
+    assert torch.allclose(got[kept].double(), theta[kept], rtol=1e-6)
+    assert torch.allclose(got[interpolated].double(), theta[interpolated] / 16, rtol=1e-6)
+    i = int(((turns > 1) & (turns < 32)).nonzero()[0])  # a pair on the ramp: mixed by (r - 1) / 31
+    keep = (turns[i] - 1) / 31
+    assert got[i].item() == pytest.approx(((1 - keep) * theta[i] / 16 + keep * theta[i]).item(), rel=1e-6)
+    assert scaling == pytest.approx(0.1 * math.log(16) + 1)
+    index_ramp, _ = lc.yarn_frequencies(128, 10000.0, 16.0, 4096)
+    assert not torch.allclose(got, index_ramp, rtol=1e-3)  # the two ramps differ on the pairs between
+    with pytest.raises(ValueError, match="factor"):
+        lc.yarn_paper_frequencies(16, 10000.0, 0.0, 128)
+
+
 def test_angle_ratios():
     theta = rope_frequencies(16)
     full_turn = 127 * theta.double() >= 2 * math.pi  # the pairs that made a full turn in 128 tokens
@@ -223,9 +240,9 @@ def _stored():
 def test_the_stored_runs_cover_every_seed_and_method():
     script, stored = _script(), _stored()
     assert stored["settings"] == script.SETTINGS and stored["seeds"] == [0, 1, 2]
-    assert stored["methods"] == list(lc.KINDS) and stored["distances"] == list(lc.DISTANCES)
+    assert stored["methods"] == script.METHODS and stored["distances"] == list(lc.DISTANCES)
     for seed in ("0", "1", "2"):
-        for kind in lc.KINDS:
+        for kind in script.METHODS:
             run = stored["runs"][seed][kind]
             assert set(run["untrained"]) == {f"loss {a}-{b - 1}" for a, b in lc.BUCKETS} | {
                 f"copy {d}" for d in lc.DISTANCES
