@@ -126,7 +126,7 @@ def test_lesson_13_runs_with_another_model_stream_and_cache(tmp_path, monkeypatc
 @pytest.mark.seeds
 def test_lesson_14_runs_with_another_model_and_fewer_texts(tmp_path, monkeypatch):
     """The live cells compare another stored model with its stored runs, and replay its fine-tune's first steps."""
-    _, printed = run_lesson("14_long_context.ipynb", {"SEED": 1, "ENTROPY_TEXTS": 2}, tmp_path, monkeypatch)
+    _, printed = run_lesson("14_long_context.ipynb", {"SEED": 1, "ENTROPY_TEXTS": 3}, tmp_path, monkeypatch)
     assert "lesson 10's model, seed 1" in printed and "seed 1, live: loss 0-127" in printed
     assert "equal to 1e-4 of their size: True" in printed
     assert printed.count("below 1e-6: True") == 5
