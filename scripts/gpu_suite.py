@@ -7,7 +7,7 @@
    and the unit tests on the same machine (not the browser test, nor the pins of the CPU install).
 2. The GPU benchmarks: lessons 07 and 09 re-run by papermill with GPU-sized parameters.
 3. One summary: notebooks passed, seconds per notebook, GPU, PyTorch, CUDA and cuDNN versions.
-Everything goes to artifacts/gpu/ (ignored by git); commit the CSVs worth citing to course_utils/data/.
+Everything goes to artifacts/gpu/ (ignored by git); commit the CSVs worth citing to data/ (data/README.md).
 It stops at once, saying why, where PyTorch sees no CUDA GPU.
 """
 
