@@ -8,7 +8,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_NB := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 120
 
-.PHONY: progress grade doctor install lab test test-unit test-notebooks test-scroll-back test-lesson test-seeds test-perturbed test-browser browser execute lint lock hooks nbdime train-lm clean test-gpu gpu-benchmark gpu-wheels
+.PHONY: progress grade doctor install lab test test-unit test-notebooks test-scroll-back test-lesson test-seeds test-perturbed test-hosted test-browser browser execute lint lock hooks nbdime train-lm clean test-gpu gpu-benchmark gpu-wheels
 
 install: $(STAMP)
 
@@ -27,8 +27,9 @@ $(STAMP): requirements.txt
 	@# PyTorch WITH its dependencies (a CUDA build needs its CUDA libraries), held to the pins
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)" -c requirements.txt \
 	  $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
-	@# everything else exactly as pinned, nothing pulled in beyond the list
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
+	@# everything else exactly as pinned, nothing pulled in beyond the list; not the CUDA libraries, which the
+	@# step above installed (held to their pins) if the chosen PyTorch build needs them: a CPU build needs none
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r <(grep -vE '^(nvidia|cuda)-' requirements.txt)
 	@# left out of the lock on purpose (scripts/lock_requirements.py, LEFT_OUT): gone from an older .venv too
 	$(PY) -m pip uninstall --quiet --disable-pip-version-check -y rfc3987-syntax 2>/dev/null || true
 	# make `import course_utils` work from any folder, notebooks included
@@ -81,6 +82,13 @@ test-seeds: install
 test-perturbed: install
 	$(PY) scripts/perturbed_runs.py $(if $(SPREAD),--write-spread)
 
+# A lesson as on a hosted Jupyter: a fresh virtual environment with another PyTorch (HOSTED_TORCH, default
+# torch==2.13.0) and only Jupyter's kernel; the lesson's first cell installs the course from its folder, then
+# from its wheel, and must keep that PyTorch (tests/tools/test_hosted.py; not in `test`: it installs the
+# course's dependencies twice; CI runs it after make test)
+test-hosted: install
+	$(PY) -m pytest -m hosted tests/tools/test_hosted.py
+
 # JupyterLab in headless Chromium runs lesson 04 (also part of `test`)
 test-browser: install
 	$(PY) -m pytest tests/notebooks/test_browser.py
@@ -129,7 +137,7 @@ gpu-benchmark: install
 # Wheels for a GPU machine that cannot download and keeps its own PyTorch (scripts/gpu_machine.sh):
 # everything pinned except PyTorch and what it brings, and what the GPU run never uses.
 GPU_PYTHON_VERSION ?= 3.12
-GPU_MACHINE_HAS := torch|triton|nvidia-.*|filelock|fsspec|jinja2|markupsafe|mpmath|networkx|sympy|typing.extensions|setuptools
+GPU_MACHINE_HAS := torch|triton|nvidia-.*|cuda-.*|filelock|fsspec|jinja2|markupsafe|mpmath|networkx|sympy|typing.extensions|setuptools
 GPU_RUN_SKIPS := playwright|jupyterlab|ruff
 gpu-wheels:
 	grep -v '^#' requirements.txt | grep -viE '^($(GPU_MACHINE_HAS)|$(GPU_RUN_SKIPS))==' > .whl-requirements.txt

@@ -74,15 +74,38 @@ def _pip_commands(**variables):
 
 def test_torch_is_installed_with_its_dependencies_and_the_rest_without():
     torch_step, rest_step = _pip_commands()
-    assert '"torch==2.13.0"' in torch_step and "--no-deps" not in torch_step
-    assert "-c requirements.txt" in torch_step  # its dependencies held to the pins
-    assert "--no-deps -r requirements.txt" in rest_step and "torch==" not in rest_step
+    assert '"torch==2.15.0"' in torch_step and "--no-deps" not in torch_step
+    assert "-c requirements.txt" in torch_step  # its dependencies, the CUDA libraries too, held to the pins
+    assert "--no-deps -r <(grep -vE '^(nvidia|cuda)-' requirements.txt)" in rest_step and "torch==" not in rest_step
+
+
+def test_a_cpu_build_of_torch_gets_no_cuda_libraries():
+    # the rest step reads the lock without the CUDA build's libraries: only the torch step may bring them
+    _, rest_step = _pip_commands(TORCH_INDEX_URL="https://example.invalid/whl/cpu")
+    listed = subprocess.run(
+        ["bash", "-c", rest_step.split(" -r ", 1)[1].strip()[2:-1]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert "numpy==" in " ".join(listed) and len(listed) > 100
+    assert not [line for line in listed if line.startswith(("nvidia-", "cuda-"))]
+    lock = (ROOT / "requirements.txt").read_text()
+    assert "\nnvidia-cublas==" in lock  # the lock does hold them, for the CUDA build's step
 
 
 def test_torch_build_can_be_chosen():
     torch_step, rest_step = _pip_commands(TORCH_INDEX_URL="https://example.invalid/whl/cpu")
     assert "--index-url https://example.invalid/whl/cpu" in torch_step
     assert "--index-url" not in rest_step
+
+
+def _installed(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def test_installed_packages_match_the_pins():
@@ -94,6 +117,8 @@ def test_installed_packages_match_the_pins():
         pin = Requirement(line)
         if pin.marker is not None and not pin.marker.evaluate():
             continue  # e.g. triton: Linux only
+        if pin.name.startswith(("nvidia-", "cuda-")) and not _installed(pin.name):
+            continue  # a CPU build of torch needs none of the CUDA build's libraries
         (version,) = [spec.version for spec in pin.specifier]
         installed = metadata.version(pin.name)
         if installed.split("+")[0] != version:

@@ -160,6 +160,22 @@ def test_the_lock_keeps_a_direct_dependencys_marker(tmp_path):
     assert lines == ["# header", "filelock==3.0", "torch==2.13.0", 'triton==3.9.0; sys_platform == "linux"']
 
 
+def test_the_lock_marks_torchs_cuda_libraries_linux_only(tmp_path):
+    # a Mac or Windows `pip install --no-deps -r requirements.txt` must skip the CUDA build's libraries
+    requirements_in = tmp_path / "requirements.in"
+    requirements_in.write_text("torch==2.15.0\n")
+    frozen = ["torch==2.15.0", "nvidia-cublas==13.1.0.3", "cuda-bindings==13.5.0", "numpy==2.4.6"]
+    lines = lock_requirements.lock_lines(frozen, lock_requirements.direct_markers(requirements_in), [])
+    linux = ' ; platform_system == "Linux"'
+    assert lines == [
+        "cuda-bindings==13.5.0" + linux,
+        "numpy==2.4.6",
+        "nvidia-cublas==13.1.0.3" + linux,
+        "torch==2.15.0",
+    ]
+    assert str(Requirement(lines[0]).marker) == 'platform_system == "Linux"'
+
+
 def test_nbformat_imports_without_the_slow_grammar():
     # every nbval, papermill and `make grade` process imports nbformat: keep rfc3987-syntax out of the lock
     assert "rfc3987-syntax" not in (ROOT / "requirements.txt").read_text()
