@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from tests import nbval_tolerance
-from tests.notebook_tools import code_cells, exercise_cells, lesson_notebooks, output_text
+from tests.notebook_tools import ROOT, code_cells, exercise_cells, lesson_notebooks, output_text
 
 NOTEBOOKS = lesson_notebooks()
 MAX_BYTES = 3_000_000
@@ -68,6 +68,11 @@ def test_lesson_conventions(nb_path):
     )
     first_code = code_cells(nb)[0].source
     assert "setup(" in first_code, f"{nb_path.name}: the first code cell calls course_utils' setup()"
+    template = nbformat.read(ROOT / "templates" / "lesson_template.ipynb", as_version=4)
+    assert first_code == code_cells(template)[0].source, (
+        f"{nb_path.name}: the first code cell is the template's, word for word (it installs the course on a hosted "
+        f"Jupyter, tests/tools/test_hosted.py)"
+    )
     assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells), (
         f"{nb_path.name}: needs a cell tagged `parameters` for papermill"
     )

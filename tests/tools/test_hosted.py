@@ -90,12 +90,19 @@ def _first_cell_with_pip_as(replacement, course_missing=False):
 
     cells = json.loads(lesson_notebooks()[0].read_text())["cells"]
     first = next("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    assert first.count("%pip install --quiet {course} {keep}") == 1
-    first = first.replace("%pip install --quiet {course} {keep}", replacement)
-    if course_missing:
-        first = first.replace('importlib.util.find_spec("course_utils") is None', "True")
+    pip = '%pip install --quiet "{course}" {keep}'
+    assert first.count(pip) == 1
+    first = first.replace(pip, replacement)
+    if course_missing:  # before pip, and, where course_missing == "still", after it too
+        first = first.replace(
+            'importlib.util.find_spec("course_utils") is None', "True", 1 if course_missing is True else 2
+        )
     done = subprocess.run(
-        [sys.executable, "-c", "import IPython; IPython.start_ipython(argv=['--quick', '-c', open(0).read()])"],
+        [
+            sys.executable,
+            "-c",
+            "import IPython; IPython.start_ipython(argv=['--quick', '--colors=NoColor', '-c', open(0).read()])",
+        ],
         input=first,
         capture_output=True,
         text=True,
@@ -105,8 +112,16 @@ def _first_cell_with_pip_as(replacement, course_missing=False):
 
 
 def test_the_first_cell_does_nothing_where_the_course_is_installed():
-    # this environment has course_utils (make install's .pth): the cell must not reach pip
-    assert "pip reached" not in _first_cell_with_pip_as("print('pip reached')")
+    # this environment has course_utils (make install's .pth): the cell must not reach pip, and sets up
+    said = _first_cell_with_pip_as("print('pip reached')")
+    assert "pip reached" not in said and "Seed: 0 | Device: cpu" in said, said
+
+
+def test_a_failed_install_says_what_to_do():
+    # %pip does not raise when pip fails: the cell itself must, with the way out, not a bare import error
+    said = _first_cell_with_pip_as("pass", course_missing="still")
+    assert "ModuleNotFoundError: The course did not install (pip says why above)" in said, said
+    assert "attention_course-*.whl" in said and "restart the kernel" in said
 
 
 def test_the_first_cell_pins_the_environments_torch_and_triton():
@@ -115,6 +130,6 @@ def test_the_first_cell_pins_the_environments_torch_and_triton():
     from importlib import metadata
 
     said = _first_cell_with_pip_as("print('pip install', course, keep)", course_missing=True)
-    assert f"pip install .. torch=={metadata.version('torch')}" in said, said
+    assert said.startswith("pip install .. ") and f" torch=={metadata.version('torch')}" in said, said
     if importlib.util.find_spec("triton"):
-        assert f"triton=={metadata.version('triton')}" in said, said
+        assert f" triton=={metadata.version('triton')}" in said, said
