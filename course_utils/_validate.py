@@ -7,6 +7,8 @@ body, so the rest reads like the lesson: ``show_solution`` leaves those statemen
 prints the algorithm a learner writes.
 """
 
+import math
+import numbers
 import operator
 
 import torch
@@ -813,10 +815,38 @@ def paged_append(cache, layer, keys, values):
             )
     if keys.shape != values.shape:
         raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must have one shape")
+    dtype = cache.keys[layer].dtype
+    if keys.dtype != dtype or values.dtype != dtype:
+        raise TypeError(
+            f"keys and values are {keys.dtype} and {values.dtype}, the cache {dtype}: convert them with "
+            f".to({dtype}), or make the cache with PagedKVCache(..., dtype={keys.dtype})"
+        )
+
+
+def cache_layer(cache, layer):
+    """A layer of the cache: 0 .. num_layers - 1, or counted from the end as Python does (-1: the last)."""
+    if isinstance(layer, bool) or not isinstance(layer, int) or not -cache.num_layers <= layer < cache.num_layers:
+        raise ValueError(f"layer must be an int from 0 to {cache.num_layers - 1} (or -1 for the last), got {layer!r}")
+
+
+def token_list(tokens, name, vocab_size=None):
+    """A list of token ids (Python ints; numpy ints too), each below vocab_size where given, else a clear error."""
+    ids = []
+    for token in tokens:
+        try:
+            ids.append(None if isinstance(token, bool) else operator.index(token))
+        except TypeError:
+            ids.append(None)
+        if ids[-1] is None:
+            raise ValueError(f"{name} must hold token ids as ints (tensor.tolist() gives them), found {token!r}")
+        if ids[-1] < 0 or (vocab_size is not None and ids[-1] >= vocab_size):
+            allowed = f"from 0 to {vocab_size - 1}" if vocab_size is not None else ">= 0"
+            raise ValueError(f"{name} must hold token ids {allowed}, found {ids[-1]}")
+    return ids
 
 
 def serve_inputs(model, prompts, max_new_tokens, scheduler, max_batch, prefill_chunk):
-    """The requests as given, checked; returns max_new_tokens as one int per prompt."""
+    """The requests as given, checked; returns the prompts as lists of ints and max_new_tokens one int per prompt."""
     if scheduler not in ("continuous", "static"):
         raise ValueError(f'scheduler must be "continuous" or "static", got {scheduler!r}')
     positive_int(max_batch, "max_batch")
@@ -828,19 +858,25 @@ def serve_inputs(model, prompts, max_new_tokens, scheduler, max_batch, prefill_c
             raise ValueError(f"prompt {i} is a tensor: give each prompt as a list of token ids (tensor.tolist())")
         if not isinstance(prompt, (list, tuple)) or not prompt:
             raise ValueError(f"prompt {i} must be a non-empty list of token ids, got {prompt!r}")
-        if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < model.vocab_size for t in prompt):
-            raise ValueError(f"prompt {i} must hold token ids from 0 to {model.vocab_size - 1}")
+        token_list(prompt, f"prompt {i}", model.vocab_size)
+    if prefill_chunk is not None and prefill_chunk < max_batch:
+        raise ValueError(
+            f"prefill_chunk ({prefill_chunk}) must be at least max_batch ({max_batch}): every running request "
+            f"decodes one token per pass within the budget (vLLM asks the same of max_num_batched_tokens)"
+        )
+    if isinstance(max_new_tokens, torch.Tensor):
+        raise ValueError("max_new_tokens must be one int, or a list of one int per prompt (tensor.tolist())")
     counts = [max_new_tokens] * len(prompts) if not isinstance(max_new_tokens, (list, tuple)) else list(max_new_tokens)
     if len(counts) != len(prompts):
         raise ValueError(f"max_new_tokens gives {len(counts)} counts for {len(prompts)} prompts: one int, or one each")
-    counts = [positive_int(n, "max_new_tokens") for n in counts]
+    counts = [positive_int(n, "max_new_tokens (one int, or a list of one per prompt)") for n in counts]
     for i, (prompt, n) in enumerate(zip(prompts, counts, strict=True)):
         if len(prompt) + n > model.context:
             raise ValueError(
                 f"prompt {i} has {len(prompt)} tokens and asks for {n} more: {len(prompt) + n} is longer than the "
                 f"model's context of {model.context} tokens; shorten the prompt or ask for fewer new tokens"
             )
-    return counts
+    return [token_list(prompt, f"prompt {i}") for i, prompt in enumerate(prompts)], counts
 
 
 def requests_fit(prompts, counts, cache):
@@ -866,6 +902,14 @@ ROPE_OPTIONS = {
 }
 
 
+def positive_number(value, name):
+    """A finite real number > 0 (numpy scalars too), else a clear error; infinity would turn every speed to 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        fix = ": use .item() to take the number out of a tensor" if isinstance(value, torch.Tensor) else ""
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}{fix}")
+    return value
+
+
 def rope_scaling_inputs(kind, head_dim, base, factor, original_length, options, kinds):
     """The options of one RoPE scaling method, checked (each must be a number; seq_len an int >= 1)."""
     if kind not in kinds:
@@ -873,22 +917,27 @@ def rope_scaling_inputs(kind, head_dim, base, factor, original_length, options, 
     head_dim = positive_int(head_dim, "head_dim")
     if head_dim % 2 or head_dim < 4:
         raise ValueError(f"RoPE rotates pairs of features: head_dim must be even and at least 4, got {head_dim}")
-    for name, value in (("base", base), ("factor", factor)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    positive_number(base, "base")
+    positive_number(factor, "factor")
     if not base > 1:
         raise ValueError(f"base must be > 1 (lesson 08's RoPE uses 10000.0), got {base!r}")
+    if not factor >= 1:
+        raise ValueError(
+            f"factor must be >= 1: how many times the trained length the text may be (1 changes nothing), got {factor!r}"
+        )
     if kind in ("dynamic", "yarn", "llama3"):
         positive_int(original_length, "original_length (the trained context, e.g. 128)")
     unknown = sorted(set(options) - set(ROPE_OPTIONS[kind]))
     if unknown:
         allowed = ", ".join(ROPE_OPTIONS[kind]) or "none"
         raise ValueError(f"{kind!r} takes no option {', '.join(unknown)} (its options: {allowed})")
-    if kind == "dynamic" and "seq_len" in options:
-        positive_int(options["seq_len"], "seq_len (the length being read)")
     for name, value in options.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if name != "seq_len":  # a count of tokens: checked as an int below
+            positive_number(value, name)
+    if kind == "dynamic":
+        if "seq_len" not in options:
+            raise ValueError("dynamic NTK scales to the length being read: pass seq_len=<tokens read so far>")
+        positive_int(options["seq_len"], "seq_len (the length being read)")
     if kind == "yarn" and options.get("beta_fast", 32) <= options.get("beta_slow", 1):
         raise ValueError("beta_fast must be larger than beta_slow: turns over the trained length (YaRN: 32 and 1)")
     if kind == "llama3" and options.get("high_freq_factor", 4.0) <= options.get("low_freq_factor", 1.0):

@@ -180,9 +180,10 @@ def _forward(model, tokens, inv_freq, attention_scaling, entropies=None):
     return model.output_linear(model.final_norm(x))
 
 
-def _checked(model, tokens, inv_freq):
+def _checked(model, tokens, inv_freq, attention_scaling):
     model._check_tokens(tokens)
     _validate.rope_frequencies_for(inv_freq, model.blocks[0].attention.head_dim)
+    _validate.positive_number(attention_scaling, "attention_scaling (1.0, or the method's second return value)")
     if tokens.shape[1] > MAX_LENGTH:
         raise ValueError(
             f"at most {MAX_LENGTH} tokens at once (attention keeps a T x T matrix per head), got {tokens.shape[1]}"
@@ -192,14 +193,14 @@ def _checked(model, tokens, inv_freq):
 @torch.no_grad()
 def logits_with_rope(model, tokens, inv_freq, attention_scaling=1.0):
     """Lesson 10's model on tokens [B, T] (any T) with RoPE frequencies inv_freq [head_dim / 2]: [B, T, vocab]."""
-    _checked(model, tokens, inv_freq)
+    _checked(model, tokens, inv_freq, attention_scaling)
     return _forward(model, tokens, inv_freq, attention_scaling)
 
 
 @torch.no_grad()
 def loss_by_position(model, tokens, inv_freq, attention_scaling=1.0):
     """Next-token loss at every position of tokens [B, T], averaged over the batch: [T - 1] (entry t predicts t + 1)."""
-    _checked(model, tokens, inv_freq)
+    _checked(model, tokens, inv_freq, attention_scaling)
     logits = _forward(model, tokens, inv_freq, attention_scaling)[:, :-1]
     losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
     return losses.mean(dim=0)
@@ -214,7 +215,7 @@ def attention_entropy(model, tokens, inv_freq, attention_scaling=1.0):
 @torch.no_grad()
 def loss_and_entropy(model, tokens, inv_freq, attention_scaling=1.0):
     """``loss_by_position`` and ``attention_entropy`` from one forward pass: ([T - 1], [layers, T])."""
-    _checked(model, tokens, inv_freq)
+    _checked(model, tokens, inv_freq, attention_scaling)
     entropies = []
     logits = _forward(model, tokens, inv_freq, attention_scaling, entropies)[:, :-1]
     losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
@@ -226,6 +227,8 @@ def long_texts(tokenizer, length, count, skip=0):
 
     skip: how many texts' worth of tokens to pass over first (so that two uses can draw different texts)."""
     length, count = _validate.positive_int(length, "length"), _validate.positive_int(count, "count")
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise ValueError(f"skip must be an int >= 0 (texts to pass over), got {skip!r}")
     ids = tokenizer.encode("".join(lm.validation_stories()))
     needed = (skip + count) * length
     if needed > len(ids):
@@ -253,6 +256,8 @@ def copy_losses(model, tokenizer, distance, inv_freq, attention_scaling=1.0, len
 
     The texts are ``copy_probe_tokens``'. The first word of the copy is not scored (nothing says which
     string comes back until it has started). Returns the mean loss."""
+    if _validate.positive_int(length, "length") < 2:
+        raise ValueError("length must be at least 2: the copy's first word is not scored, so 1 would score nothing")
     tokens = copy_probe_tokens(tokenizer, distance, length, count, seed)
     return loss_by_position(model, tokens, inv_freq, attention_scaling)[-(length - 1) :].mean().item()
 
@@ -267,6 +272,14 @@ def angle_ratios(inv_freq, length, trained_inv_freq, original_length):
 
     Over the trained length a pair turned at most (original_length - 1) * theta radians. A pair that made a full
     turn (2 pi) has seen every angle: NaN. For the others, above 1 means angles training never showed."""
+    for name, value in (("inv_freq", inv_freq), ("trained_inv_freq", trained_inv_freq)):
+        if not isinstance(value, torch.Tensor) or value.dim() != 1:
+            raise ValueError(f"{name} must be a 1-D tensor [head_dim / 2] (rope_inverse_frequencies(...)[0])")
+    if inv_freq.shape != trained_inv_freq.shape:
+        raise ValueError(f"inv_freq {tuple(inv_freq.shape)} and trained_inv_freq "
+                         f"{tuple(trained_inv_freq.shape)} must be of one model's heads")  # fmt: skip
+    if _validate.positive_int(original_length, "original_length") < 2 or _validate.positive_int(length, "length") < 2:
+        raise ValueError("length and original_length must be at least 2 tokens: one position turns no angle")
     trained = (original_length - 1) * trained_inv_freq.double()
     ratios = (length - 1) * inv_freq.double() / trained
     return torch.where(trained < 2 * math.pi, ratios, torch.nan)
@@ -278,11 +291,12 @@ class RopeScaledModel(nn.Module):
     def __init__(self, model, inv_freq, attention_scaling=1.0):
         super().__init__()
         _validate.rope_frequencies_for(inv_freq, model.blocks[0].attention.head_dim)
+        _validate.positive_number(attention_scaling, "attention_scaling (1.0, or the method's second return value)")
         self.model, self.attention_scaling = model, attention_scaling
         self.register_buffer("inv_freq", inv_freq.float().clone())
 
     def forward(self, tokens):
-        _checked(self.model, tokens, self.inv_freq)
+        _checked(self.model, tokens, self.inv_freq, self.attention_scaling)
         return _forward(self.model, tokens, self.inv_freq, self.attention_scaling)
 
 
@@ -292,6 +306,8 @@ def method_frequencies(model, kind, factor, length):
     kind: one of KINDS, or "yarn_paper" (``yarn_paper_frequencies``). Only dynamic NTK depends on the length:
     it scales by the factor the text read so far needs, s = max(1, length / L) (the YaRN paper's parametrisation, section 3.3), so ``factor`` is not used: in
     transformers' formula, f * length / L - (f - 1), that is f = 1 (f = 8 would scale by 57 at 1,024 tokens)."""
+    if kind not in (*KINDS, "yarn_paper"):
+        raise ValueError(f"kind must be one of {', '.join(repr(k) for k in (*KINDS, 'yarn_paper'))}, got {kind!r}")
     attention = model.blocks[0].attention
     if kind == "yarn_paper":
         return yarn_paper_frequencies(attention.head_dim, attention.rope_base, factor, model.context)
@@ -306,6 +322,10 @@ def measure(model, tokenizer, kind, factor, texts, distances=DISTANCES):
     """Loss per bucket of positions (``BUCKETS``) of texts [B, T] and copy losses at ``distances``: {name: float}.
 
     Each bucket is read at its own end (dynamic NTK's factor is that of the text read so far)."""
+    model._check_tokens(texts)
+    if texts.shape[-1] < BUCKETS[-1][1]:
+        raise ValueError(f"texts must hold at least {BUCKETS[-1][1]} tokens, the last bucket's end "
+                         f"(long_texts(tokenizer, {BUCKETS[-1][1]}, count)), got {texts.shape[-1]}")  # fmt: skip
     results = {}
     if kind == "dynamic":  # positions a..b-1 are read as the first b tokens, with the factor for b
         for a, b in BUCKETS:

@@ -146,6 +146,7 @@ class PagedKVCache:
     def length(self, seq_id, layer=-1):
         """Slots written for seq_id in ``layer`` (by default the last layer: the tokens complete in every layer)."""
         self._sequence(seq_id)
+        _validate.cache_layer(self, layer)
         return self._lengths[seq_id][layer]
 
     def _take_block(self, seq_id):
@@ -173,7 +174,7 @@ class PagedKVCache:
             raise ValueError(f"seq_id {seq_id!r} is already allocated: free(seq_id) it first, or pick another id")
         table, key = [], None
         if prompt is not None:
-            prompt = [int(t) for t in prompt]
+            prompt = _validate.token_list(prompt, "prompt")
             # blocks that end before the prompt's last token: that one is always computed
             for start in range(0, len(prompt) - self.block_size, self.block_size):
                 key = (key, tuple(prompt[start : start + self.block_size]))
@@ -222,14 +223,22 @@ class PagedKVCache:
 
     def gather(self, seq_id, layer):
         """Every slot of seq_id in ``layer``: (keys, values), each [H_kv, n, d]."""
-        table, n = self._sequence(seq_id), self._lengths[seq_id][layer]
+        table = self._sequence(seq_id)
+        _validate.cache_layer(self, layer)
+        n = self._lengths[seq_id][layer]
         return gather_blocks(self.keys[layer], table, n), gather_blocks(self.values[layer], table, n)
 
     def register_tokens(self, seq_id, token_ids):
         """Say which tokens the newest slots hold; blocks they fill become findable by ``allocate(.., prompt)``."""
         table, key = self._sequence(seq_id), None
-        tokens = self._tokens[seq_id]
-        tokens.extend(int(t) for t in token_ids)
+        tokens, written = self._tokens[seq_id], min(self._lengths[seq_id])  # slots complete in every layer
+        token_ids = _validate.token_list(token_ids, "token_ids")
+        if len(tokens) + len(token_ids) > written:
+            raise ValueError(
+                f"sequence {seq_id!r} has {written} slots written in every layer and {len(tokens)} of them registered: "
+                f"register at most {written - len(tokens)} more tokens (append their keys and values first)"
+            )
+        tokens.extend(token_ids)
         for index in range(len(tokens) // self.block_size):
             key = (key, tuple(tokens[index * self.block_size : (index + 1) * self.block_size]))
             block = table[index]
@@ -395,12 +404,13 @@ def serve(
     scheduler="static": a batch of up to max_batch requests starts together and the next waits
     until all of them are done. "continuous": every step, finished requests leave and waiting
     ones join (``admit``). prefill_chunk: the most tokens one step computes (prompts are cut
-    into chunks that share steps with other requests' decoding); None: a prompt in one step.
+    into chunks that share steps with other requests' decoding; at least max_batch, since every running
+    request decodes its token within the budget); None: a prompt in one step.
     num_blocks: the pool's size (None: enough for max_batch requests of the model's context).
     When the pool runs out mid-step, the request admitted last is preempted: its blocks are
     freed and it goes back to the front of the queue, to be recomputed (its text so far as prompt).
     """
-    max_new = _validate.serve_inputs(model, prompts, max_new_tokens, scheduler, max_batch, prefill_chunk)
+    prompts, max_new = _validate.serve_inputs(model, prompts, max_new_tokens, scheduler, max_batch, prefill_chunk)
     block_size = _validate.positive_int(block_size, "block_size")
     attention = model.blocks[0].attention
     if num_blocks is None:

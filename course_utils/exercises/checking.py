@@ -388,16 +388,20 @@ def describe(t, n=4):
     return f"shape {tuple(t.shape)}, {t.dtype}, values [{shown}{more}]"
 
 
-def expect_tensor(got, shape=None, dtype=None, what="output"):
+SDPA_TUPLE_HINT = (
+    "scaled_dot_product_attention returns (output, weights): unpack it, "
+    "`output, weights = scaled_dot_product_attention(...)`"
+)
+
+
+def expect_tensor(got, shape=None, dtype=None, what="output", tuple_hint=SDPA_TUPLE_HINT):
+    """got is a tensor (of ``shape`` and ``dtype`` where given); tuple_hint: the likely cause of a tuple instead."""
     if got is None:
         raise Mistake(f"{RETURNED_NONE} (the {what} is None)")
     if not isinstance(got, torch.Tensor):
         hint = ""
         if isinstance(got, tuple):
-            hint = (
-                f" ({RETURNED_A_TUPLE} scaled_dot_product_attention returns "
-                "(output, weights): unpack it, `output, weights = scaled_dot_product_attention(...)`)"
-            )
+            hint = f" ({RETURNED_A_TUPLE} {tuple_hint})"
         raise Mistake(f"the {what} should be a torch.Tensor, but it is {type(got).__name__}{hint}.")
     if dtype is not None and got.dtype != dtype and (dtype, got.dtype) == (torch.float32, torch.float64):
         raise Mistake(_float64_message(f"({what})"))

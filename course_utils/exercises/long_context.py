@@ -31,11 +31,14 @@ YF_NOT_CLAMPED = "your ramp is not clamped"
 YF_ALL_INTERPOLATED = "you divided every dimension by the factor"
 YF_NOTHING_CHANGED = "your frequencies are the unscaled theta_i"
 YF_ENDS_MEET = "the ramp's ends meet"
+YF_CAPPED_AT_PAIRS = "you capped high at the last pair"
 
 SC_NOT_A_NUMBER = "attention_scaling should be one number"
 SC_FORGOTTEN = "you left out the attention temperature"
 SC_SQUARED = "you returned the logits' factor 1/t"
 SC_INVERTED = "your attention_scaling is below 1"
+
+YF_TUPLE_HINT = "a comma at the end of `inv_freq = ...,` makes a tuple of one: leave it out"
 
 RTOL = 1e-6  # float32 holds about 7 digits; the smallest speeds are ~1e-7, so no absolute tolerance to speak of
 ATOL = 1e-12
@@ -48,6 +51,7 @@ CASES = [
     (32, 10000.0, 2.5, 512, {}),
     (32, 10000.0, 1.0, 128, {}),  # factor 1: nothing changes, and no temperature
     (16, 10000.0, 8.0, 128, {"beta_fast": 32, "beta_slow": 24}),  # both ends at dimension 0: the ramp's width is 0
+    (16, 10000.0, 4.0, 32768, {}),  # even the slowest pair turns more than once: high is capped at head_dim - 1
 ]
 
 
@@ -74,12 +78,12 @@ def _dimension_where(measure, head_dim, base, original_length, beta):
 
 
 def _oracle(head_dim, base, factor, original_length, beta_fast=32, beta_slow=1, measure="turns", rounded=True,
-            clamped=True, reverse=False, multiply=False):  # fmt: skip
+            clamped=True, reverse=False, multiply=False, cap=None):  # fmt: skip
     """YaRN's inv_freq [head_dim / 2] in float64, dimension by dimension; the keywords plant one mistake each."""
     fast = _dimension_where(measure, head_dim, base, original_length, beta_fast)
     slow = _dimension_where(measure, head_dim, base, original_length, beta_slow)
     low = max(math.floor(fast) if rounded else fast, 0)
-    high = min(math.ceil(slow) if rounded else slow, head_dim - 1)
+    high = min(math.ceil(slow) if rounded else slow, head_dim - 1 if cap is None else cap)
     if low == high:
         high += 0.001
     values = []
@@ -131,6 +135,10 @@ def _inv_freq_mistakes(head_dim, base, factor, original_length, betas, descripti
          f"[0, 1] (.clamp(0, 1)): the dimensions past the ends are kept or interpolated, not pushed further "
          f"({description}).",
          _oracle(*args, **betas, clamped=False)),
+        (f"{YF_CAPPED_AT_PAIRS}, head_dim / 2 - 1. YaRN's reference code and transformers cap high at "
+         f"head_dim - 1, not at the last pair, and this exercise follows them: here high = {high}. The two differ "
+         f"only when even the slowest pair turns more than beta_slow times over original_length ({description}).",
+         _oracle(*args, **betas, cap=head_dim // 2 - 1)),
         (f"{YF_ALL_INTERPOLATED} (that is position interpolation, 'linear'): YaRN keeps the fast dimensions, "
          f"which turn more than beta_fast times over original_length, as they are ({description}).", theta / factor),
         (f"{YF_NOTHING_CHANGED} = base^(-2i / head_dim): the slow dimensions (fewer than beta_slow turns over "
@@ -188,13 +196,17 @@ def _expect_float(inv_freq, description):
 
 
 def _as_number(scaling, description):
+    real = isinstance(scaling, numbers.Real) and not isinstance(scaling, bool)
     if isinstance(scaling, torch.Tensor) and scaling.numel() == 1 and not scaling.dtype.is_complex:
-        scaling = scaling.item()
-    if isinstance(scaling, bool) or not isinstance(scaling, numbers.Real):
-        shown = f"a tensor of shape {tuple(scaling.shape)}" if isinstance(scaling, torch.Tensor) else repr(scaling)
-        raise Mistake(f"{SC_NOT_A_NUMBER} (a Python float), the factor on cos and sin; yours is {shown:.80} "
-                      f"({description}).")  # fmt: skip
-    return float(scaling)
+        real = scaling.device.type != "meta"  # a meta tensor holds no value to read
+    try:
+        if real:
+            return float(scaling)
+    except OverflowError:  # an int past float's range, 10**400
+        pass
+    shown = f"a tensor of shape {tuple(scaling.shape)}" if isinstance(scaling, torch.Tensor) else repr(scaling)
+    raise Mistake(f"{SC_NOT_A_NUMBER} (a Python float), the factor on cos and sin; yours is {shown:.80} "
+                  f"({description}).")  # fmt: skip
 
 
 def _check_scaling(scaling, factor, description):
@@ -242,7 +254,7 @@ def check_yarn_frequencies(candidate):
         description = _describe(head_dim, base, factor, original_length, betas)
         got = call(candidate, head_dim, base, factor, original_length, **betas)
         inv_freq, scaling = _pair(got, description)
-        expect_tensor(inv_freq, what="inv_freq")
+        expect_tensor(inv_freq, what="inv_freq", tuple_hint=YF_TUPLE_HINT)
         _expect_float(inv_freq, description)
         expected = _oracle(head_dim, base, factor, original_length, **betas)
         diagnose(inv_freq, expected, _inv_freq_mistakes(head_dim, base, factor, original_length, betas, description),

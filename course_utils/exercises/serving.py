@@ -6,6 +6,8 @@ slot % size), the mask from slot positions compared one by one, admission by try
 turn. Each known mistake is recomputed on the same inputs and named when the learner's output matches.
 """
 
+import operator
+
 import torch
 
 from course_utils import serving
@@ -18,6 +20,8 @@ GB_VIEW_NOT_PERMUTE = "you reshaped where a permute was needed"
 GB_POOL_ORDER = "you read the blocks in the pool's order"
 GB_NOT_TRUNCATED = "you kept the unused slots of the last block"
 GB_FIRST_BLOCKS = "you read the pool's first blocks"
+GB_DTYPE = "your result is not in the pool's dtype"
+GB_TUPLE_HINT = "gather_blocks returns one tensor, [H_kv, length, d]"
 
 CM_CAUSAL_ONLY = "your mask has no columns for the cache"
 CM_NO_CACHE = "the chunk cannot see the cache"
@@ -25,6 +29,8 @@ CM_NOT_CAUSAL = "every chunk token sees the whole chunk"
 CM_SEES_NEXT = "each chunk token also sees the next one"
 CM_MISSES_ITSELF = "a chunk token does not see itself"
 CM_INVERTED = "your mask is inverted"
+CM_NOT_SHIFTED = "your chunk tokens see only slots 0..i"
+CM_UPPER = "you kept the upper triangle"
 
 AD_FLOOR = "you rounded the blocks down"
 AD_EXTRA_BLOCK = "you counted one block too many for a prompt that fills its blocks"
@@ -87,7 +93,11 @@ def check_gather_blocks(candidate):
     for description, pool, table, length in _gather_cases():
         got = call(candidate, pool, list(table), length)
         expected = _gather_oracle(pool, table, length)
-        expect_tensor(got, what="gathered keys")
+        expect_tensor(got, what="gathered keys", tuple_hint=GB_TUPLE_HINT)
+        if got.dtype != pool.dtype and got.is_floating_point():
+            raise Mistake(f"{GB_DTYPE}: the pool is {pool.dtype}, yours is {got.dtype}. Index the pool itself, or make "
+                          f"new tensors with dtype=pool.dtype (torch.zeros(..., dtype=pool.dtype)) and leave out "
+                          f".float() ({description}).")  # fmt: skip
         heads, d = pool.shape[2], pool.shape[3]
         if tuple(got.shape) == (length, heads, d) and heads != length:
             raise Mistake(f"{GB_NOT_PERMUTED}: you returned [n, H_kv, d] = {tuple(got.shape)}; the cache holds "
@@ -128,6 +138,12 @@ def _chunk_mistakes(num_cached, chunk_length, description):
          f"the causal mask's diagonal ({description}).", _chunk_oracle(num_cached, chunk_length, see=-1)),
         (f"{CM_INVERTED}: True means *may* read, as in the course's causal_mask ({description}).",
          ~_chunk_oracle(num_cached, chunk_length)),
+        (f"{CM_NOT_SHIFTED} (tril() with diagonal 0, the causal mask of lesson 03 padded with columns): chunk token i "
+         f"sits at slot num_cached + i and reads every cached slot and the chunk up to itself: "
+         f"tril(diagonal=num_cached) ({description}).", torch.ones(chunk_length, n, dtype=torch.bool).tril()),
+        (f"{CM_UPPER} (triu): a token reads the slots at or before its own, which lie below and left of the "
+         f"diagonal: tril(diagonal=num_cached) ({description}).",
+         torch.ones(chunk_length, n, dtype=torch.bool).triu(diagonal=num_cached)),
     ]  # fmt: skip
     return [(m, w.float()) for m, w in mistakes]
 
@@ -225,9 +241,13 @@ def check_admit(candidate):
         got = call(candidate, list(lengths), running, free, size, max_batch)
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
-        if isinstance(got, bool) or not isinstance(got, int):
+        try:  # an int, or a numpy integer (a count made with numpy)
+            count = None if isinstance(got, bool) else operator.index(got)
+        except TypeError:
+            count = None
+        if count is None:
             raise Mistake(f"admit should return how many requests join, an int; got {got!r} ({_describe(case)}).")
-        answers.append(got)
+        answers.append(count)
     expected = [_admit_oracle(*case) for case in ADMIT_CASES]
     if answers == expected:
         return

@@ -39,6 +39,7 @@ def yarn(
     scaling="sqrt(1/t)",
     returns="pair",
     dtype=torch.float32,
+    cap="dims",
 ):
     """A learner's yarn_frequencies; each keyword plants one mistake."""
 
@@ -57,7 +58,7 @@ def yarn(
         low, high = dim_for(beta_fast), dim_for(beta_slow)
         if rounded:
             low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, head_dim - 1)
+        low, high = max(low, 0), min(high, head_dim - 1 if cap == "dims" else head_dim // 2 - 1)
         if low == high and width_guard:
             high += 0.001
         ramp = (torch.arange(head_dim // 2, dtype=dtype) - low) / (high - low)
@@ -85,6 +86,8 @@ def yarn(
             return attention_scaling, inv_freq
         if returns == "triple":
             return inv_freq, attention_scaling, low
+        if returns == "trailing comma":
+            return (inv_freq,), attention_scaling
         return inv_freq, attention_scaling
 
     return yarn_frequencies
@@ -101,18 +104,30 @@ def test_float64_or_float32_inv_freq_and_any_kind_of_number_pass(dtype):
 
 
 def test_the_mistakes_are_told_apart_on_every_case_but_factor_one():
-    # the first case alone tells every mistake apart; the others check the oracle on other inputs
+    # the first case tells every mistake apart but the cap on high, which only the last can show; the others
+    # check the oracle on other inputs
     for head_dim, base, factor, original_length, betas in ex.CASES:
         expected = ex._oracle(head_dim, base, factor, original_length, **betas)
         reference, scaling = long_context.yarn_frequencies(head_dim, base, factor, original_length, **betas)
         assert torch.allclose(reference.double(), expected, rtol=ex.RTOL, atol=ex.ATOL)
         assert scaling == pytest.approx(ex._scaling(factor), rel=1e-12)
     head_dim, base, factor, original_length, betas = ex.CASES[0]
-    wrongs = [w for _, w in ex._inv_freq_mistakes(head_dim, base, factor, original_length, betas, "")]
+    mistakes = ex._inv_freq_mistakes(head_dim, base, factor, original_length, betas, "")
+    wrongs = [w for message, w in mistakes if ex.YF_CAPPED_AT_PAIRS not in message]
+    assert len(wrongs) == len(mistakes) - 1
     expected = ex._oracle(head_dim, base, factor, original_length, **betas)
     for i, wrong in enumerate(wrongs):
         assert not torch.allclose(wrong, expected, rtol=1e-4)
         assert not any(torch.allclose(wrong, other, rtol=1e-4) for other in wrongs[i + 1 :])
+
+
+def test_only_a_long_trained_length_shows_the_cap_on_high():
+    shows = []
+    for head_dim, base, factor, original_length, betas in ex.CASES:
+        expected = ex._oracle(head_dim, base, factor, original_length, **betas)
+        capped = ex._oracle(head_dim, base, factor, original_length, **betas, cap=head_dim // 2 - 1)
+        shows.append(not torch.allclose(capped, expected, rtol=1e-4))
+    assert shows == [False] * (len(ex.CASES) - 1) + [True]
 
 
 MISTAKES = {
@@ -137,6 +152,7 @@ MISTAKES = {
         ex.YF_NOTHING_CHANGED,
     ),
     "no width guard": (yarn(width_guard=False), ex.YF_ENDS_MEET),
+    "high capped at the last pair": (yarn(cap="pairs"), ex.YF_CAPPED_AT_PAIRS),
     "temperature forgotten": (yarn(scaling="none"), ex.SC_FORGOTTEN),
     "temperature squared": (yarn(scaling="1/t"), ex.SC_SQUARED),
     "temperature inverted": (yarn(scaling="inverse"), ex.SC_INVERTED),
@@ -196,3 +212,7 @@ def test_wrong_return_types_get_a_clear_message():
     right = long_context.yarn_frequencies(*ex.CASES[0][:4])[0]
     assert_caught("yarn_frequencies", returns((right, "1.2")), ex.SC_NOT_A_NUMBER, "'1.2'")
     assert_caught("yarn_frequencies", returns((torch.ones(3), 1.0)), "should have shape (8,)")
+    assert_caught("yarn_frequencies", returns((right, 10**400)), ex.SC_NOT_A_NUMBER, "1000000")
+    assert_caught("yarn_frequencies", returns((right, torch.tensor(1.2, device="meta"))), ex.SC_NOT_A_NUMBER)
+    result = assert_caught("yarn_frequencies", yarn(returns="trailing comma"), checking.RETURNED_A_TUPLE)
+    assert ex.YF_TUPLE_HINT in result.message and "scaled_dot_product_attention" not in result.message

@@ -1,5 +1,6 @@
 """Lesson 13's exercises: each solution passes, each planted mistake gets its own message."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -26,8 +27,10 @@ def test_stubs_are_not_attempted():
 # ---------------------------------------------------------------- gather_blocks
 
 
-def gather(order="table", permute="permute", truncate=True):
+def gather(order="table", permute="permute", truncate=True, dtype=None):
     def candidate(pool, block_table, length):
+        if dtype is not None:  # new tensors made without dtype=pool.dtype
+            pool = pool.to(dtype)
         table = sorted(block_table) if order == "sorted" else block_table
         ids = torch.arange(len(table)) if order == "first" else torch.tensor(table)
         slots = pool[ids].reshape(-1, pool.shape[2], pool.shape[3])
@@ -51,6 +54,7 @@ GATHER_MISTAKES = {
     "sorted": (gather(order="sorted"), ex.GB_POOL_ORDER),
     "first blocks": (gather(order="first"), ex.GB_FIRST_BLOCKS),
     "not truncated": (gather(truncate=False), ex.GB_NOT_TRUNCATED),
+    "float32 result": (gather(dtype=torch.float32), ex.GB_DTYPE),
 }
 
 
@@ -60,6 +64,11 @@ def test_gather_mistake_is_named(name):
     assert_caught("gather_blocks", candidate, phrase)
 
 
+def test_a_tuple_from_gather_gets_gathers_own_hint():
+    result = assert_caught("gather_blocks", lambda *args: (gather()(*args),), ex.GB_TUPLE_HINT)
+    assert "scaled_dot_product_attention" not in result.message
+
+
 def test_gather_messages_name_only_their_mistake():
     assert_each_message_names_only_its_mistake(GATHER_MISTAKES, lambda c: check("gather_blocks", c, quiet=True))
 
@@ -67,13 +76,16 @@ def test_gather_messages_name_only_their_mistake():
 # ---------------------------------------------------------------- chunk_mask
 
 
-def mask(diagonal_shift=0, cache=True, causal=True, invert=False, square=False, dtype=torch.bool):
+def mask(diagonal_shift=0, cache=True, causal=True, invert=False, square=False, dtype=torch.bool, shifted=True,
+         upper=False):  # fmt: skip
     def candidate(num_cached, chunk_length):
         if square:
             return torch.ones(chunk_length, chunk_length, dtype=dtype).tril()
         m = torch.ones(chunk_length, num_cached + chunk_length, dtype=torch.bool)
+        if upper:
+            return m.triu(diagonal=num_cached).to(dtype)
         if causal:
-            m = m.tril(diagonal=num_cached + diagonal_shift)
+            m = m.tril(diagonal=(num_cached if shifted else 0) + diagonal_shift)
         if not cache:
             m[:, :num_cached] = False
         return (~m if invert else m).to(dtype)
@@ -92,6 +104,8 @@ MASK_MISTAKES = {
     "sees next": (mask(diagonal_shift=1), ex.CM_SEES_NEXT),
     "misses itself": (mask(diagonal_shift=-1), ex.CM_MISSES_ITSELF),
     "inverted": (mask(invert=True), ex.CM_INVERTED),
+    "not shifted": (mask(shifted=False), ex.CM_NOT_SHIFTED),
+    "upper triangle": (mask(upper=True), ex.CM_UPPER),
 }
 
 
@@ -140,6 +154,10 @@ def admit(blocks="ceil", count_running=True, cap=True, count_blocks=True, skip=F
 
 def test_admit_written_another_way_passes():
     assert_passes("admit", admit())
+
+
+def test_a_count_made_with_numpy_passes():
+    assert_passes("admit", lambda *args: np.int64(admit()(*args)))
 
 
 ADMIT_MISTAKES = {

@@ -373,6 +373,11 @@ BAD_INPUTS = {
             ValueError,
             "RoPE rotates pairs of features: head_dim must be even and at least 4, got 2",
         ),
+        (
+            lambda: long_context.yarn_frequencies(16, 10000.0, 0.5, 128),
+            ValueError,
+            "factor must be >= 1: how many times the trained length the text may be (1 changes nothing), got 0.5",
+        ),
     ],
 }
 

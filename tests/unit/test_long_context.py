@@ -6,6 +6,7 @@ import logging
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import LlamaConfig
@@ -77,7 +78,7 @@ def test_yarn_keeps_fast_dimensions_interpolates_slow_ones_and_tempers_attention
 @pytest.mark.parametrize(
     ("call", "words"),
     [
-        (lambda: rope_inverse_frequencies("linear", 16, 10000.0, 0.0), "factor must be a number > 0"),
+        (lambda: rope_inverse_frequencies("linear", 16, 10000.0, 0.0), "factor must be a finite number > 0"),
         (lambda: rope_inverse_frequencies("linear", 15, 10000.0, 2.0), "head_dim must be even"),
         (lambda: rope_inverse_frequencies("xpos", 16, 10000.0, 2.0), "kind must be one of 'default'"),
         (lambda: rope_inverse_frequencies("yarn", 16, 10000.0, 2.0), "original_length"),
@@ -88,12 +89,27 @@ def test_yarn_keeps_fast_dimensions_interpolates_slow_ones_and_tempers_attention
         ),
         (lambda: rope_inverse_frequencies("ntk", 16, 1.0, 2.0), "base must be > 1"),
         (lambda: lc.yarn_frequencies(16, 10000.0, 4.0, 128, beta_fast=1, beta_slow=32), "beta_fast must be larger"),
-        (lambda: lc.yarn_frequencies(16, 10000.0, -4.0, 128), "factor must be a number > 0"),
+        (lambda: lc.yarn_frequencies(16, 10000.0, -4.0, 128), "factor must be a finite number > 0"),
+        (lambda: rope_inverse_frequencies("linear", 16, 10000.0, math.inf), "factor must be a finite number > 0"),
+        (
+            lambda: rope_inverse_frequencies("yarn", 16, 10000.0, 4.0, 128, beta_fast=math.inf),
+            "beta_fast must be a finite",
+        ),
+        (lambda: rope_inverse_frequencies("ntk", 16, math.inf, 2.0), "base must be a finite number > 0"),
+        (lambda: rope_inverse_frequencies("ntk", 16, 10000.0, torch.tensor(4.0)), r"use \.item\(\)"),
+        (lambda: rope_inverse_frequencies("yarn", 16, 10000.0, 0.5, 128), "factor must be >= 1"),
+        (lambda: rope_inverse_frequencies("dynamic", 16, 10000.0, 2.0, 128), "pass seq_len="),
     ],
 )
 def test_bad_input_gets_a_clear_error(call, words):
     with pytest.raises(ValueError, match=words):
         call()
+
+
+def test_numpy_numbers_are_numbers():
+    expected = rope_inverse_frequencies("dynamic", 16, 10000.0, 2.0, 128, seq_len=512)
+    got = rope_inverse_frequencies("dynamic", 16, np.float32(10000.0), np.float64(2.0), 128, seq_len=np.int64(512))
+    assert torch.allclose(got[0], expected[0]) and got[1] == expected[1]
 
 
 def test_the_model_with_its_own_frequencies_is_the_model_and_reads_past_128_tokens():
@@ -110,6 +126,11 @@ def test_the_model_with_its_own_frequencies_is_the_model_and_reads_past_128_toke
         assert (scaled[:, 0] - model(long[:, :1])[:, 0]).abs().max() <= 1e-5
     with pytest.raises(ValueError, match=r"inv_freq must be a tensor \[head_dim / 2\] = \[8\]"):
         logits_with_rope(model, tokens, own[:4])
+    for scaling in (math.nan, 0.0, "1.2"):
+        with pytest.raises(ValueError, match="attention_scaling .* must be a finite number > 0"):
+            logits_with_rope(model, tokens, own, scaling)
+    with pytest.raises(ValueError, match="kind must be one of .*'yarn_paper'"):
+        lc.method_frequencies(model, "yarn-paper", 8.0, 256)
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +174,12 @@ def test_long_texts_are_the_held_out_stories_in_order(model_and_tokenizer):
     assert torch.equal(texts.reshape(-1), ids[100:300])
     with pytest.raises(ValueError, match="the held-out stories hold"):
         lc.long_texts(tokenizer, 10**6, 2)
+    for skip in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="skip must be an int >= 0"):
+            lc.long_texts(tokenizer, 50, 2, skip=skip)
+    model, _ = model_and_tokenizer
+    with pytest.raises(ValueError, match="texts must hold at least 1024 tokens"):
+        lc.measure(model, tokenizer, "linear", 8.0, lc.long_texts(tokenizer, 300, 2))
 
 
 def test_copy_losses_at_the_shortest_distance_are_lesson_10s_repeat_losses(model_and_tokenizer):
@@ -165,6 +192,8 @@ def test_copy_losses_at_the_shortest_distance_are_lesson_10s_repeat_losses(model
     assert far > second  # copying 64 story tokens later is harder than straight after
     with pytest.raises(ValueError, match="distance must be at least length"):
         lc.copy_losses(model, tokenizer, 8, *_own(model))
+    with pytest.raises(ValueError, match="length must be at least 2"):
+        lc.copy_losses(model, tokenizer, 32, *_own(model), length=1)
 
 
 def test_yarn_paper_ramp_is_linear_in_the_turns():
@@ -196,6 +225,14 @@ def test_angle_ratios():
     linear, _ = rope_inverse_frequencies("linear", 16, 10000.0, 8.0)
     ratios = lc.angle_ratios(linear, 8 * 127 + 1, theta, 128)  # interpolation: position 1016 turns as far as 127
     assert torch.allclose(ratios[~full_turn], torch.ones(1, dtype=torch.float64), atol=1e-6)
+    for call, words in [
+        (lambda: lc.angle_ratios(theta.tolist(), 1024, theta, 128), "inv_freq must be a 1-D tensor"),
+        (lambda: lc.angle_ratios(theta[:4], 1024, theta, 128), "must be of one model's heads"),
+        (lambda: lc.angle_ratios(theta, 0, theta, 128), "length must be a positive int"),
+        (lambda: lc.angle_ratios(theta, 1024, theta, 1), "at least 2 tokens"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            call()
 
 
 def test_dynamic_ntk_is_the_model_up_to_the_trained_length(model_and_tokenizer):

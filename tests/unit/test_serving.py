@@ -1,5 +1,6 @@
 """course_utils.serving: the paged cache against a dense one, the schedulers against decoding alone, bad input."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -141,6 +142,41 @@ def test_bad_input_gets_a_clear_error(trained):
         cache.append("x", 0, torch.zeros(3, 1, 2), torch.zeros(3, 1, 2))
     with pytest.raises(ValueError, match="already allocated"):
         cache.allocate("x")
+    for layer in (1, -2, "0"):
+        with pytest.raises(ValueError, match="layer must be an int from 0 to 0"):
+            cache.gather("x", layer)
+        with pytest.raises(ValueError, match="layer must be an int from 0 to 0"):
+            cache.length("x", layer)
+    with pytest.raises(TypeError, match=r"the cache torch.float32: convert them with \.to\(torch.float32\)"):
+        cache.append("x", 0, torch.zeros(2, 1, 3, dtype=torch.float64), torch.zeros(2, 1, 3, dtype=torch.float64))
+    assert cache.block_table("x") == []  # the refused append took no block
+    with pytest.raises(ValueError, match="token ids as ints"):
+        cache.allocate("y", [1.7, 2.2])
+    with pytest.raises(ValueError, match="must be at least max_batch"):
+        serving.serve(trained, [[5]] * 8, 3, prefill_chunk=2)
+    with pytest.raises(ValueError, match="one int, or a list of one int per prompt"):
+        generate_batch(trained, [[1], [2]], torch.tensor([2, 3]))
+    with pytest.raises(ValueError, match=r"prompt 1 must hold token ids as ints .*found 2.5"):
+        generate_batch(trained, [[1], [2.5]], 1)
+    with pytest.raises(ValueError, match="prompt 0 must hold token ids from 0 to"):
+        generate_batch(trained, [[1, trained.vocab_size]], 1)
+
+
+def test_registering_more_tokens_than_were_written_is_refused():
+    cache = PagedKVCache(1, 4, 4, 1, 2)
+    cache.allocate("a")
+    cache.append("a", 0, torch.ones(1, 2, 2), torch.ones(1, 2, 2))
+    with pytest.raises(ValueError, match="2 slots written .* register at most 2 more"):
+        cache.register_tokens("a", [1, 2, 3, 4])
+    cache.register_tokens("a", [1, 2])
+    assert cache.allocate("b", [1, 2, 3, 4, 5]) == 0  # no full block was published
+
+
+def test_numpy_token_ids_are_served_and_come_back_as_ints(trained):
+    prompt = _prompts(trained, [6], seed=6)[0]
+    served = generate_batch(trained, [np.array(prompt).tolist(), list(np.array(prompt))], 4)
+    assert served[0] == served[1] == generate(trained, torch.tensor([prompt]), 4)[0].tolist()
+    assert all(type(t) is int for t in served[1])
 
 
 def test_exercise_references_on_small_cases():
