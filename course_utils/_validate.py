@@ -825,8 +825,13 @@ def paged_append(cache, layer, keys, values):
 
 def cache_layer(cache, layer):
     """A layer of the cache: 0 .. num_layers - 1, or counted from the end as Python does (-1: the last)."""
-    if isinstance(layer, bool) or not isinstance(layer, int) or not -cache.num_layers <= layer < cache.num_layers:
+    try:
+        number = None if isinstance(layer, bool) else operator.index(layer)
+    except TypeError:
+        number = None
+    if number is None or not -cache.num_layers <= number < cache.num_layers:
         raise ValueError(f"layer must be an int from 0 to {cache.num_layers - 1} (or -1 for the last), got {layer!r}")
+    return number
 
 
 def token_list(tokens, name, vocab_size=None):
@@ -859,10 +864,12 @@ def serve_inputs(model, prompts, max_new_tokens, scheduler, max_batch, prefill_c
         if not isinstance(prompt, (list, tuple)) or not prompt:
             raise ValueError(f"prompt {i} must be a non-empty list of token ids, got {prompt!r}")
         token_list(prompt, f"prompt {i}", model.vocab_size)
-    if prefill_chunk is not None and prefill_chunk < max_batch:
+    running = min(max_batch, len(prompts))  # the most requests that can decode in one pass
+    if prefill_chunk is not None and prefill_chunk < running:
         raise ValueError(
-            f"prefill_chunk ({prefill_chunk}) must be at least max_batch ({max_batch}): every running request "
-            f"decodes one token per pass within the budget (vLLM asks the same of max_num_batched_tokens)"
+            f"prefill_chunk ({prefill_chunk}) must be at least {running}, the requests that can run at once "
+            f"(max_batch, or fewer prompts): each decodes one token per pass within the budget (vLLM asks the "
+            f"same of max_num_batched_tokens)"
         )
     if isinstance(max_new_tokens, torch.Tensor):
         raise ValueError("max_new_tokens must be one int, or a list of one int per prompt (tensor.tolist())")

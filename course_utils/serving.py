@@ -146,8 +146,7 @@ class PagedKVCache:
     def length(self, seq_id, layer=-1):
         """Slots written for seq_id in ``layer`` (by default the last layer: the tokens complete in every layer)."""
         self._sequence(seq_id)
-        _validate.cache_layer(self, layer)
-        return self._lengths[seq_id][layer]
+        return self._lengths[seq_id][_validate.cache_layer(self, layer)]
 
     def _take_block(self, seq_id):
         if not self._free:
@@ -224,7 +223,7 @@ class PagedKVCache:
     def gather(self, seq_id, layer):
         """Every slot of seq_id in ``layer``: (keys, values), each [H_kv, n, d]."""
         table = self._sequence(seq_id)
-        _validate.cache_layer(self, layer)
+        layer = _validate.cache_layer(self, layer)
         n = self._lengths[seq_id][layer]
         return gather_blocks(self.keys[layer], table, n), gather_blocks(self.values[layer], table, n)
 
@@ -405,7 +404,8 @@ def serve(
     until all of them are done. "continuous": every step, finished requests leave and waiting
     ones join (``admit``). prefill_chunk: the most tokens one step computes (prompts are cut
     into chunks that share steps with other requests' decoding; at least max_batch, since every running
-    request decodes its token within the budget); None: a prompt in one step.
+    request decodes its token within the budget, or at least the number of prompts if fewer); None: a
+    prompt in one step.
     num_blocks: the pool's size (None: enough for max_batch requests of the model's context).
     When the pool runs out mid-step, the request admitted last is preempted: its blocks are
     freed and it goes back to the front of the queue, to be recomputed (its text so far as prompt).

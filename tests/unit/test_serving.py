@@ -152,8 +152,10 @@ def test_bad_input_gets_a_clear_error(trained):
     assert cache.block_table("x") == []  # the refused append took no block
     with pytest.raises(ValueError, match="token ids as ints"):
         cache.allocate("y", [1.7, 2.2])
-    with pytest.raises(ValueError, match="must be at least max_batch"):
+    with pytest.raises(ValueError, match="must be at least 8, the requests that can run at once"):
         serving.serve(trained, [[5]] * 8, 3, prefill_chunk=2)
+    assert serving.serve(trained, [[1, 2, 3]], 3, prefill_chunk=1).tokens_per_step == [1, 1, 1, 1, 1]
+    assert cache.length("x", np.int64(0)) == 0 and cache.gather("x", torch.tensor(0))[0].shape == (2, 0, 3)
     with pytest.raises(ValueError, match="one int, or a list of one int per prompt"):
         generate_batch(trained, [[1], [2]], torch.tensor([2, 3]))
     with pytest.raises(ValueError, match=r"prompt 1 must hold token ids as ints .*found 2.5"):
