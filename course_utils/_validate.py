@@ -17,14 +17,19 @@ import torch
 # (course_utils.attention; positive_int serves every module)
 
 
+def whole_number(value):
+    """value as a Python int if it is one (numpy integers and 0-d integer tensors too), else None."""
+    # operator.index accepts int, np.int64, a 0-d integer tensor ...; it refuses 2.0 and "2".
+    # bool is an int in Python (True == 1), but as a count or an index it is always a slip.
+    try:
+        return None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        return None
+
+
 def positive_int(value, name):
     """``value`` as a Python int if it is a whole number >= 1 (numpy integers too), else a clear error."""
-    # operator.index accepts int, np.int64, a 0-d integer tensor ...; it refuses 2.0 and "2".
-    # bool is an int in Python (True == 1), but as a size it is always a slip.
-    try:
-        number = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        number = None
+    number = whole_number(value)
     if number is None or number < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
     return number
@@ -817,18 +822,15 @@ def paged_append(cache, layer, keys, values):
         raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must have one shape")
     dtype = cache.keys[layer].dtype
     if keys.dtype != dtype or values.dtype != dtype:
+        other = f", or make the cache with PagedKVCache(..., dtype={keys.dtype})" if keys.dtype == values.dtype else ""
         raise TypeError(
-            f"keys and values are {keys.dtype} and {values.dtype}, the cache {dtype}: convert them with "
-            f".to({dtype}), or make the cache with PagedKVCache(..., dtype={keys.dtype})"
+            f"keys and values are {keys.dtype} and {values.dtype}, the cache {dtype}: convert them with .to({dtype}){other}"
         )
 
 
 def cache_layer(cache, layer):
     """A layer of the cache: 0 .. num_layers - 1, or counted from the end as Python does (-1: the last)."""
-    try:
-        number = None if isinstance(layer, bool) else operator.index(layer)
-    except TypeError:
-        number = None
+    number = whole_number(layer)
     if number is None or not -cache.num_layers <= number < cache.num_layers:
         raise ValueError(f"layer must be an int from 0 to {cache.num_layers - 1} (or -1 for the last), got {layer!r}")
     return number
@@ -838,10 +840,7 @@ def token_list(tokens, name, vocab_size=None):
     """A list of token ids (Python ints; numpy ints too), each below vocab_size where given, else a clear error."""
     ids = []
     for token in tokens:
-        try:
-            ids.append(None if isinstance(token, bool) else operator.index(token))
-        except TypeError:
-            ids.append(None)
+        ids.append(whole_number(token))
         if ids[-1] is None:
             raise ValueError(f"{name} must hold token ids as ints (tensor.tolist() gives them), found {token!r}")
         if ids[-1] < 0 or (vocab_size is not None and ids[-1] >= vocab_size):
