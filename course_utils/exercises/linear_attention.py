@@ -87,10 +87,11 @@ def _linear_cases():
     return [
         ("q, k [2, 6, 4], v [2, 6, 3]", randn(g, 2, 6, 4), randn(g, 2, 6, 4), randn(g, 2, 6, 3)),
         ("q, k [7, 5], v [7, 2] (no batch axis)", randn(g, 7, 5), randn(g, 7, 5), randn(g, 7, 2)),
-        (
-            "q, k [2, 3, 8, 4], v [2, 3, 8, 6], float64",
-            randn(g, 2, 3, 8, 4, dtype=torch.float64),
-            randn(g, 2, 3, 8, 4, dtype=torch.float64),
+        (  # float64 shows float32 arithmetic; shifted by 1000, phi(q_t) . z_t is over 1e6, so the usual eps
+            # in the normaliser (1e-6 in Katharopoulos et al.'s code) changes nothing float64 can see
+            "q, k [2, 3, 8, 4] + 1000, v [2, 3, 8, 6], float64",
+            randn(g, 2, 3, 8, 4, dtype=torch.float64) + 1000,
+            randn(g, 2, 3, 8, 4, dtype=torch.float64) + 1000,
             randn(g, 2, 3, 8, 6, dtype=torch.float64),
         ),
         (
@@ -285,8 +286,8 @@ def _delta_oracle(q, k, v, beta, *, normalise_q=True, normalise_k=True, axis=-1,
 def _delta_cases():
     g = generator(21)
 
-    def case(description, *shape, d_v, dtype=torch.float32, repeat=False):
-        q, k = randn(g, *shape, dtype=dtype), randn(g, *shape, dtype=dtype)
+    def case(description, *shape, d_v, dtype=torch.float32, repeat=False, scale=1.0):
+        q, k = randn(g, *shape, scale=scale, dtype=dtype), randn(g, *shape, scale=scale, dtype=dtype)
         if repeat:  # a key written twice: the delta rule replaces its value, the additive rule adds to it
             k = torch.cat([k[..., :2, :], k[..., :1, :] * 2, k[..., 3:, :]], dim=-2)
         v = randn(g, *shape[:-1], d_v, dtype=dtype)
@@ -296,7 +297,9 @@ def _delta_cases():
     return [
         case("q, k [2, 6, 4], v [2, 6, 3], beta [2, 6], token 2 repeats token 0's key", 2, 6, 4, d_v=3, repeat=True),
         case("q, k [7, 5], v [7, 2], beta [7] (no batch axis)", 7, 5, d_v=2),
-        case("q, k [2, 3, 8, 4], v [2, 3, 8, 6], float64", 2, 3, 8, 4, d_v=6, dtype=torch.float64),
+        # float64 shows float32 arithmetic; with |q|, |k| near 1e6 an eps in the norm (k / (|k| + 1e-6))
+        # changes nothing float64 can see
+        case("q, k [2, 3, 8, 4] times 1e6, v [2, 3, 8, 6], float64", 2, 3, 8, 4, d_v=6, dtype=torch.float64, scale=1e6),
         case("one token: q, k [1, 1, 4], v [1, 1, 3]", 1, 1, 4, d_v=3),
     ]
 

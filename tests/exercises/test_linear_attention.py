@@ -122,6 +122,12 @@ def test_linear_solution_and_other_correct_versions_pass():
     assert_passes("linear_attention_recurrent", linear_in_steps)
 
 
+def test_an_eps_in_the_normaliser_is_not_taken_for_float32():
+    # Katharopoulos et al.'s code adds 1e-6 to phi(q) . z; float64 arithmetic must still pass
+    for eps in (1e-6, 1e-5):
+        assert_passes("linear_attention_recurrent", lambda q, k, v, eps=eps: linear_in_steps(q, k, v, eps=eps))
+
+
 @pytest.mark.parametrize("name", LINEAR_MISTAKES)
 def test_each_linear_attention_mistake_is_named(name):
     candidate, phrase = LINEAR_MISTAKES[name]
@@ -137,11 +143,11 @@ def test_linear_attention_messages_name_only_their_mistake():
 # --------------------------------------------------------------------------- delta_rule
 
 
-def learner_delta(q, k, v, beta, update="delta", norm_k=True, norm_q=True, read="after", axis=-1):
+def learner_delta(q, k, v, beta, update="delta", norm_k=True, norm_q=True, read="after", axis=-1, eps=0.0):
     if norm_k:
-        k = k / k.norm(dim=axis, keepdim=True)
+        k = k / (k.norm(dim=axis, keepdim=True) + eps)
     if norm_q:
-        q = q / q.norm(dim=axis, keepdim=True)
+        q = q / (q.norm(dim=axis, keepdim=True) + eps)
     S = torch.zeros(*k.shape[:-2], v.shape[-1], k.shape[-1], dtype=q.dtype)
     outputs = []
     for t in range(k.shape[-2]):
@@ -191,6 +197,18 @@ def test_delta_solution_and_other_correct_versions_pass():
     assert_passes("delta_rule", solution("delta_rule"))
     assert_passes("delta_rule", learner_delta)
     assert_passes("delta_rule", delta_with_transposed_state)
+
+
+def test_an_eps_in_the_norms_is_not_taken_for_float32():
+    def rsqrt_norm(x):  # x / sqrt(|x|^2 + 1e-6), as linear-attention kernels often normalise
+        return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+    for eps in (1e-6, 1e-5):
+        assert_passes("delta_rule", lambda *a, eps=eps: learner_delta(*a, eps=eps))
+    assert_passes(
+        "delta_rule",
+        lambda q, k, v, beta: learner_delta(rsqrt_norm(q), rsqrt_norm(k), v, beta, norm_k=False, norm_q=False),
+    )
 
 
 @pytest.mark.parametrize("name", DELTA_MISTAKES)
