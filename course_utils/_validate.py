@@ -347,10 +347,7 @@ def loss_inputs(logits, tokens):
 def optional_positive_int(value, name):
     if value is None:
         return None
-    try:
-        number = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        number = None
+    number = whole_number(value)
     if number is None or number < 1:
         raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
     return number
@@ -419,10 +416,7 @@ def token_ids(ids, name, vocab_size=None, min_len=1):
 
 def stored_seed(seed, seeds):
     """seed as an int, if it is one of the stored runs' seeds (0.0 or True would name no file)."""
-    try:
-        number = None if isinstance(seed, bool) else operator.index(seed)
-    except TypeError:
-        number = None
+    number = whole_number(seed)
     if number is None or number not in seeds:
         raise ValueError(f"seed must be an int among the stored seeds {list(seeds)}, got {seed!r}")
     return number
@@ -561,10 +555,7 @@ def induction_input(weights, half_len):
 
 def repeated_half(length, half_len, min_half=1):
     """half_len as an int, if a sequence of ``length`` positions is one half of half_len tokens, repeated."""
-    try:
-        number = None if isinstance(half_len, bool) else operator.index(half_len)
-    except TypeError:
-        number = None
+    number = whole_number(half_len)
     if number is None or number < min_half:
         raise ValueError(
             f"half_len must be a positive int{'' if min_half == 1 else f' >= {min_half}'}, the length of the "
@@ -593,16 +584,8 @@ def repeat_losses(logits, tokens, half_len):
     return repeated_half(tokens.shape[1], half_len, min_half=2)
 
 
-def _index(value):
-    """value as an int if it is a whole number (numpy integers too), else None; bool is always a slip."""
-    try:
-        return None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        return None
-
-
 def head_index(head, num_heads, name="head"):
-    number = _index(head)
+    number = whole_number(head)
     if number is None or not 0 <= number < num_heads:
         raise ValueError(f"{name} must be a head of the layer, an int in 0..{num_heads - 1}, got {head!r}")
     return number
@@ -611,7 +594,7 @@ def head_index(head, num_heads, name="head"):
 def head_list(heads, num_heads, name):
     """heads: one head (an int) or a list of distinct heads, each in 0 .. num_heads - 1; returned as a list."""
     many = isinstance(heads, (list, tuple, range))
-    numbers = [_index(h) for h in heads] if many else [_index(heads)]
+    numbers = [whole_number(h) for h in heads] if many else [whole_number(heads)]
     if not numbers or any(h is None or not 0 <= h < num_heads for h in numbers) or len(set(numbers)) < len(numbers):
         raise ValueError(
             f"{name} must be a head (an int in 0..{num_heads - 1}) or a list of distinct heads, got {heads!r}"
@@ -622,7 +605,7 @@ def head_list(heads, num_heads, name):
 def length_range(lengths, name):
     """(low, high) as ints, 1 <= low <= high: a range of lengths, both ends included."""
     pair = list(lengths) if isinstance(lengths, (list, tuple)) else []
-    numbers = [_index(x) for x in pair]
+    numbers = [whole_number(x) for x in pair]
     if len(numbers) != 2 or None in numbers or not 1 <= numbers[0] <= numbers[1]:
         raise ValueError(f"{name} must be a pair (low, high) of ints with 1 <= low <= high, got {lengths!r}")
     return numbers[0], numbers[1]

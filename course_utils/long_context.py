@@ -227,7 +227,7 @@ def long_texts(tokenizer, length, count, skip=0):
 
     skip: how many texts' worth of tokens to pass over first (so that two uses can draw different texts)."""
     length, count = _validate.positive_int(length, "length"), _validate.positive_int(count, "count")
-    if skip != 0:  # 0 is the default; other counts are checked like length and count
+    if _validate.whole_number(skip) != 0:  # 0 (also np.int64(0)) is the default; other counts are checked like count
         skip = _validate.positive_int(skip, "skip (texts to pass over: an int >= 0)")
     ids = tokenizer.encode("".join(lm.validation_stories()))
     needed = (skip + count) * length

@@ -394,6 +394,9 @@ SDPA_TUPLE_HINT = (
 )
 
 
+ONE_TENSOR_HINT = "a comma at the end of the return line, or `return a, b`, makes one: return the tensor alone"
+
+
 def expect_tensor(got, shape=None, dtype=None, what="output", tuple_hint=SDPA_TUPLE_HINT):
     """got is a tensor (of ``shape`` and ``dtype`` where given); tuple_hint: the likely cause of a tuple instead."""
     if got is None:
@@ -456,9 +459,9 @@ def expect_same_dtype(got, dtype, what="output", context="", advice=_DTYPE_ADVIC
     raise Mistake(f"the {what} {KEEP_DTYPE} {dtype}, but it is {got.dtype}{where}. {advice}")
 
 
-def expect_ids(got, device, what="output", context="", advice=""):
+def expect_ids(got, device, what="output", context="", advice="", tuple_hint=SDPA_TUPLE_HINT):
     """A dense tensor of integer ids (tokens, words) on the inputs' device; float or bool values are no ids."""
-    expect_tensor(got, what=what)
+    expect_tensor(got, what=what, tuple_hint=tuple_hint)
     expect_plain(got, device, what)
     if got.is_floating_point() or got.dtype == torch.bool:
         where = f" ({context})" if context else ""
@@ -494,12 +497,22 @@ def randn(g, *shape, scale=1.0, dtype=torch.float32):
 
 
 def diagnose(
-    got, expected, known_mistakes=(), what="output", atol=1e-5, rtol=1e-4, context="", nonfinite_advice=None, dtype=None
+    got,
+    expected,
+    known_mistakes=(),
+    what="output",
+    atol=1e-5,
+    rtol=1e-4,
+    context="",
+    nonfinite_advice=None,
+    dtype=None,
+    tuple_hint=SDPA_TUPLE_HINT,
 ):
     """Pass if ``got`` matches ``expected``; otherwise name the mistake it matches.
 
     known_mistakes: (message, tensor the mistake would produce) pairs.
     nonfinite_advice: what to say when the output has NaN/inf that the reference has not.
+    tuple_hint: the likely cause of a tuple instead of a tensor (expect_tensor).
     dtype: the inputs' dtype, if the tolerance depends on it: a float64 case is compared at
     ``tolerance(dtype, atol, rtol)``, and a result right only to float32's precision is named.
     A float64 output where the reference is float32 is a mistake of its own; so is an output
@@ -509,7 +522,7 @@ def diagnose(
     where = f" ({context})" if context else ""
     if isinstance(got, torch.Tensor) and (expected.dtype, got.dtype) == (torch.float32, torch.float64):
         raise Mistake(_float64_message(f"({context})" if context else ""))
-    expect_tensor(got, expected.shape, what=what)
+    expect_tensor(got, expected.shape, what=what, tuple_hint=tuple_hint)
     expect_plain(got, expected.device, f"{what}{where}")
     if expected.dtype != torch.float64:  # a float64 reference is an oracle for any floating dtype
         expect_same_dtype(got, expected.dtype, what, context)

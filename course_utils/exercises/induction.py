@@ -13,7 +13,16 @@ import torch
 
 from course_utils import induction
 from course_utils.exercises import exercise
-from course_utils.exercises.checking import Mistake, call, diagnose, expect_same_dtype, expect_tensor, generator
+from course_utils.exercises.checking import (
+    ONE_TENSOR_HINT,
+    Mistake,
+    call,
+    close,
+    diagnose,
+    expect_same_dtype,
+    expect_tensor,
+    generator,
+)
 
 # Distinctive phrases, one per mistake (the tests look for them).
 REPEATED_TOKEN = "you scored the weight on key t - half_len itself"
@@ -26,10 +35,13 @@ TRANSPOSED = "you read the maps transposed"
 PREVIOUS_TOKEN = "you measured the previous-token pattern"
 WRONG_AXIS = "you averaged over the wrong axis"
 HEADS_FIXED = "the number of heads is fixed in your code"
+LAST_QUERY_DROPPED = "you left out the last query"
+LEADING_AXES = "your code expects no axes before the heads"
 
 Q_COMPOSITION = "you measured Q-composition"
 V_COMPOSITION = "you measured V-composition"
 WRONG_ORDER = "you multiplied in the wrong order"
+WRITER_TRANSPOSED = "you transposed the writer's W_OV"
 NOT_NORMALISED = "you did not divide by the norms"
 ONE_NORM = "you divided by one norm only"
 LAYERS_SWAPPED = "your table is transposed"
@@ -102,6 +114,13 @@ def _score_mistakes(weights, half_len):
             _on_key(weights.transpose(-2, -1), half_len, 0, second),
         ),
     ]
+    mistakes.append(
+        (
+            f"{LAST_QUERY_DROPPED}, t = T - 1, and kept query half_len - 1 of the first half: the diagonal "
+            f"starts at query half_len - 1, so drop its first entry, [..., 1:], not its last.",
+            _on_key(weights, half_len, 0, range(half_len - 1, seq - 1)),
+        )
+    )
     # a loop over every query t = 0 .. T-1 reads key t - half_len + 1 < 0 in the first half, and Python
     # indexes such keys from the end of the row
     wrapped = torch.stack([weights[..., t, t - half_len + 1] for t in range(seq)], dim=-1)
@@ -118,7 +137,7 @@ def _score_mistakes(weights, half_len):
 def _check_score_shape(got, weights):
     expected = tuple(weights.shape[:-2])
     if not isinstance(got, torch.Tensor) or tuple(got.shape) == expected:
-        return expect_tensor(got, expected, what="scores [..., heads]")
+        return expect_tensor(got, expected, what="scores [..., heads]", tuple_hint=ONE_TENSOR_HINT)
     shape, seq, heads = tuple(got.shape), weights.shape[-1], weights.shape[-3]
     if len(shape) == len(expected) + 1 and shape[:-1] == expected:
         raise Mistake(
@@ -135,7 +154,7 @@ def _check_score_shape(got, weights):
             f"the scores have shape {shape}, expected {expected}: {WRONG_AXIS}. Keep every axis before the "
             f"[T, T] maps and average over the query positions only."
         )
-    expect_tensor(got, expected, what="scores [..., heads]")
+    expect_tensor(got, expected, what="scores [..., heads]", tuple_hint=ONE_TENSOR_HINT)
 
 
 def _score_cases():
@@ -181,7 +200,14 @@ def check_induction_scores(candidate):
             got = call(candidate, weights, half_len)
             _check_score_shape(got, weights)
         except Mistake as mistake:
-            fixed = [h for h in passed_heads if h != heads]
+            # name a cause only where its control, the same case without it, comes out right
+            fixed = [h for h in passed_heads if h != heads and _right_on(candidate, _with_heads(weights, h), half_len)]
+            if weights.dim() > 3 and _right_on(candidate, weights.flatten(0, -4)[0], half_len):
+                raise Mistake(
+                    f"{LEADING_AXES}: it scores one map set [heads, T, T] right but not these weights "
+                    f"({description}). Index from the end, weights[..., t, key], so that any axes before the "
+                    f"heads (layers, batch) are carried along.\n(what went wrong: {mistake})"
+                ) from None
             if fixed:
                 raise Mistake(
                     f"{HEADS_FIXED}: it gave the right scores for {fixed[0]} heads but not for {heads} "
@@ -200,9 +226,33 @@ def check_induction_scores(candidate):
                     _padded(expected, counted),
                 )
             )
-        diagnose(got, expected, mistakes, what="scores [..., heads]", context=description, dtype=weights.dtype)
+        diagnose(
+            got,
+            expected,
+            mistakes,
+            what="scores [..., heads]",
+            context=description,
+            dtype=weights.dtype,
+            tuple_hint=ONE_TENSOR_HINT,
+        )
         expect_same_dtype(got, weights.dtype, "scores", description)
         passed_heads.append(heads)
+
+
+def _right_on(candidate, weights, half_len):
+    """A control: does the candidate score these weights right? (Its errors here are not reported.)"""
+    try:
+        got = call(candidate, weights, half_len)
+    except Mistake:
+        return False
+    expected = _expected_scores(weights, half_len)
+    return isinstance(got, torch.Tensor) and close(got, expected)
+
+
+def _with_heads(weights, heads):
+    """Random weights of the same shape, but with ``heads`` heads."""
+    shape = (*weights.shape[:-3], heads, *weights.shape[-2:])
+    return _random_weights(shape, generator(12)).to(weights.dtype)
 
 
 def _padded(scores, heads):
@@ -219,14 +269,16 @@ def _frobenius(m):
     return (m.double() ** 2).sum().sqrt()
 
 
-def _composition_oracle(model, reader_of, order="reader first", normalise="both", layers=(0, 1)):
+def _composition_oracle(
+    model, reader_of, order="reader first", normalise="both", layers=(0, 1), writer_of=induction.ov_matrix
+):
     """[layer-1 heads, layer-0 heads] for one way of computing the score; the arguments plant mistakes
     (layers: the writer's layer, then the reader's)."""
     first, second = model.layers[layers[0]], model.layers[layers[1]]
     table = torch.zeros(second.num_heads, first.num_heads, dtype=torch.float64)
     for r in range(second.num_heads):
         for w in range(first.num_heads):
-            reader, writer = reader_of(second, r).double(), induction.ov_matrix(first, w).double()
+            reader, writer = reader_of(second, r).double(), writer_of(first, w).double()
             product = reader @ writer if order == "reader first" else writer @ reader
             if normalise == "spectral":
                 norm = torch.linalg.matrix_norm(reader, 2) * torch.linalg.matrix_norm(writer, 2)
@@ -250,6 +302,10 @@ def _qk_transposed(attention, head):
     return induction.qk_matrix(attention, head).T
 
 
+def _ov_transposed(attention, head):
+    return induction.ov_matrix(attention, head).T
+
+
 def _composition_mistakes(model):
     right = _composition_oracle(model, _qk)
     return [
@@ -268,6 +324,11 @@ def _composition_mistakes(model):
             f"{WRONG_ORDER} (W_OV @ W_QK): the writer's output enters the reader's keys, so the writer acts "
             f"first, on the right: W_QK @ W_OV.",
             _composition_oracle(model, _qk, order="writer first"),
+        ),
+        (
+            f"{WRITER_TRANSPOSED} (W_QK @ W_OV^T): W_OV maps what the writer reads to what it writes into the "
+            f"residual stream, and W_QK reads that from the right as it is, so the product is W_QK @ W_OV.",
+            _composition_oracle(model, _qk, writer_of=_ov_transposed),
         ),
         (
             f"{NOT_NORMALISED}: ||W_QK W_OV||_F alone grows with the size of the weights. Divide by "
@@ -344,5 +405,12 @@ def check_k_composition(candidate):
             raise
         if isinstance(got, torch.Tensor):
             got = got.detach()
-        diagnose(got, expected.float(), _composition_mistakes(model), what="K-composition table", context=description)
+        diagnose(
+            got,
+            expected.float(),
+            _composition_mistakes(model),
+            what="K-composition table",
+            context=description,
+            tuple_hint=ONE_TENSOR_HINT,
+        )
         passed_heads.append(heads)

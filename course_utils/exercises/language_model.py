@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from course_utils import language_model as lm
 from course_utils.exercises import exercise
 from course_utils.exercises.checking import (
+    ONE_TENSOR_HINT,
     KnownMistake,
     Mistake,
     call,
@@ -45,6 +46,7 @@ LOSS_CLASSES_AXIS = "cross_entropy reads the classes from dim 1"
 LOSS_SUM_REDUCTION = "you summed over every prediction"
 LOSS_DIVIDED_BY_BT = "you divided by B * T"
 LOSS_UNSTABLE_LOG = "Use log_softmax"
+LOSS_NLL_NOT_LOG = "F.nll_loss wants log-probabilities"
 
 BLOCK_POST_NORM = "you normalised after adding (post-norm)"
 BLOCK_RESIDUAL_NORMED = "you added the sublayer's output to the normalised x"
@@ -138,6 +140,17 @@ def _loss_mistakes(logits, tokens, case):
             _ce(probs[:, :-1], tokens[:, 1:]),
         ),
         (
+            f"{LOSS_NLL_NOT_LOG}: F.nll_loss(x, target) is just -x[target] averaged, so on probabilities it gives "
+            f"-mean(p), a negative loss. Give it log-probabilities (.log_softmax(-1)), or use F.cross_entropy on "
+            f"the raw logits, which does both. {case}",
+            -_target_entries(probs, tokens).mean(),
+        ),
+        (
+            f"{LOSS_NLL_NOT_LOG}: F.nll_loss(x, target) is just -x[target] averaged; on raw logits that is not a "
+            f"log-probability. Use F.cross_entropy on the logits (it applies log_softmax first). {case}",
+            -_target_entries(logits.double(), tokens).mean(),
+        ),
+        (
             f"{LOSS_SUMMED} instead of averaging: the loss should be the mean over all B * (T - 1) predictions, "
             f"so it does not grow with the length. {case}",
             _loss_oracle(logits, tokens) * (t - 1),
@@ -158,6 +171,11 @@ def _loss_mistakes(logits, tokens, case):
             _loss_oracle(logits, tokens) / v,
         ),
     ]
+
+
+def _target_entries(scores, tokens):
+    """scores[b, t, tokens[b, t + 1]] for every prediction: what F.nll_loss averages (with a minus sign)."""
+    return scores[:, :-1].gather(-1, tokens[:, 1:, None])
 
 
 def _classes_axis_message(case, error=""):
@@ -202,12 +220,12 @@ def check_next_token_loss(candidate):
             if "Expected target size" in str(error):
                 raise Mistake(_classes_axis_message(case, error)) from None
             raise
-        if isinstance(got, float):
+        if not isinstance(got, torch.Tensor) and hasattr(got, "__float__"):  # a float, or numpy's from .numpy()
             raise Mistake(
-                f"{LOSS_FLOAT} (you returned a Python float, from .item()?): training calls "
+                f"{LOSS_FLOAT} (you returned a {type(got).__name__}, from .item() or numpy?): training calls "
                 f"loss.backward(), which needs the tensor. {case}"
             )
-        expect_tensor(got, what="loss")
+        expect_tensor(got, what="loss", tuple_hint=ONE_TENSOR_HINT)
         if got.dim() != 0:
             raise Mistake(
                 f"the loss should be {LOSS_NOT_SCALAR} (a 0-d tensor), but it has shape "
@@ -623,7 +641,15 @@ def check_filter_logits(candidate):
         _ties_broken(got, expected, kwargs.get("top_k"), case)
         mistakes = _filter_mistakes(logits, kwargs, expected, case)
         try:
-            diagnose(got, expected, mistakes, what="filtered logits", context=description, dtype=logits.dtype)
+            diagnose(
+                got,
+                expected,
+                mistakes,
+                what="filtered logits",
+                context=description,
+                dtype=logits.dtype,
+                tuple_hint=ONE_TENSOR_HINT,
+            )
         except KnownMistake:
             raise
         except Mistake:
@@ -640,7 +666,7 @@ def _draw(candidate, logits, kwargs, seed):
 
 def _expect_ids(got, logits, case):
     batch = len(logits)
-    expect_ids(got, logits.device, "sampled ids", case)
+    expect_ids(got, logits.device, "sampled ids", case, tuple_hint=ONE_TENSOR_HINT)
     if tuple(got.shape) == (batch, 1):
         raise Mistake(
             f"your ids have shape [{batch}, 1]; the function returns {SAMPLE_NOT_SQUEEZED}, shape "
@@ -828,7 +854,7 @@ def check_decode_with_cache(candidate):
             got = call(candidate, model, prompt, steps)
         finally:
             handle.remove()
-        expect_tensor(got, what="tokens")
+        expect_tensor(got, what="tokens", tuple_hint=ONE_TENSOR_HINT)
         if tuple(got.shape) == (prompt.shape[0], steps) and torch.equal(got, expected[:, prompt.shape[1] :]):
             raise Mistake(f"{CACHE_ONLY_NEW}: the result is [B, P + steps], the prompt first. {case}")
         wrong = [
@@ -862,6 +888,7 @@ def check_decode_with_cache(candidate):
             atol=0,
             rtol=0,
             context=description,
+            tuple_hint=ONE_TENSOR_HINT,
         )
         if any(not with_cache for _, with_cache in calls):
             raise Mistake(

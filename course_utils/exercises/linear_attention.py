@@ -40,6 +40,9 @@ LA_RELU = "ReLU is not this exercise's feature map"
 LA_EXP_PHI = "exp is not this exercise's feature map"
 LA_WEIGHTS_OVER_QUERIES = "your weights sum to 1 over the queries"
 LA_NORMALISER_BEFORE_ADD = "your normaliser z did not include token t yet"
+LA_PHI_Q_ONLY = "you applied phi to q but not to k"
+LA_PHI_K_ONLY = "you applied phi to k but not to q"
+LA_ELU_WITHOUT_ONE = "your phi is F.elu(x) without the + 1"
 
 DR_ADDITIVE = "you used the additive update"
 DR_BETA_WRONG_TERM = "beta multiplies the wrong term"
@@ -48,6 +51,8 @@ DR_QUERIES_NOT_NORMALISED = "the queries are not normalised"
 DR_READ_BEFORE_UPDATE = "you read the output before the update"
 DR_NO_BETA = "beta is missing"
 DR_NORMALISED_OVER_TIME = "you normalised over the time axis"
+DR_READ_WITH_KEY = "you read the output with the key"
+DR_BETA_TWICE = "beta is applied twice"
 
 RS_ANSWER_LEAKED = "the queries show the answer"
 RS_TARGETS_ON_PAIRS = "the pairs have targets"
@@ -57,6 +62,7 @@ RS_SWAPPED_IDS = "key and value ids are swapped"
 RS_QUERIES_FIRST = "the queries come before the pairs"
 RS_NOT_A_PAIR = "return a pair (tokens, targets)"
 RS_IGNORE_INDEX = "the pairs' targets must be -100"
+RS_QUERY_OFF_BY_ONE = "your query index is off by one"
 
 
 # --------------------------------------------------------------------------- linear attention
@@ -150,6 +156,23 @@ def _linear_mistakes(q, k, v, description):
             f"{LA_NO_PHI}: apply phi(x) = F.elu(x) + 1 to q and k first (it keeps every score positive, so the "
             f"normaliser cannot be zero or negative) ({description}).",
             _linear_oracle(q, k, v, phi_q=lambda x: x, phi_k=lambda x: x),
+        ),
+        (
+            f"{LA_PHI_Q_ONLY}: the scores are phi(q_t) . phi(k_i), so the keys need phi too: S sums phi(k_i) v_i^T "
+            f"and z sums phi(k_i). Raw keys can make a score, and the normaliser, negative ({description}).",
+            _linear_oracle(q, k, v, phi_k=lambda x: x),
+        ),
+        (
+            f"{LA_PHI_K_ONLY}: the scores are phi(q_t) . phi(k_i), so the queries need phi too: read with "
+            f"phi(q_t)^T S_t / (phi(q_t) . z_t). A raw query can make a score, and the normaliser, negative "
+            f"({description}).",
+            _linear_oracle(q, k, v, phi_q=lambda x: x),
+        ),
+        (
+            f"{LA_ELU_WITHOUT_ONE}: elu(x) is negative for x < 0 (down to -1), so scores can be negative and the "
+            f"normaliser phi(q_t) . z_t can come near 0 or below it. F.elu(x) + 1 is positive everywhere "
+            f"({description}).",
+            _linear_oracle(q, k, v, phi_q=F.elu, phi_k=F.elu),
         ),
         (
             f"{LA_SOFTMAX}: softmax over q . k / sqrt(d_k) is what linear attention replaces. Use phi(q) . phi(k) "
@@ -250,7 +273,9 @@ def check_linear_attention_recurrent(candidate):
 
 
 def _delta_oracle(q, k, v, beta, *, normalise_q=True, normalise_k=True, axis=-1, rule="delta", read="after"):
-    """Oracle and variants, in float64: S_t = S_(t-1) (I - b k k^T) + b v k^T, with S [..., d_v, d_k]."""
+    """Oracle and variants, in float64: S_t = S_(t-1) (I - b k k^T) + b v k^T, with S [..., d_v, d_k].
+
+    read: "after" (o_t = S_t q_t), "before" (S_(t-1) q_t) or "key" (S_t k_t)."""
     dtype = q.dtype
     q, k, v, beta = q.double(), k.double(), v.double(), beta.double()
     if normalise_q:
@@ -278,8 +303,11 @@ def _delta_oracle(q, k, v, beta, *, normalise_q=True, normalise_k=True, axis=-1,
             S = S - b * (S @ outer_kk) + outer_vk
         elif rule == "no beta":
             S = S @ (eye - outer_kk) + outer_vk
-        state = S if read == "after" else previous
-        outputs.append((state @ q[..., t, :, None])[..., 0])
+        elif rule == "beta twice":  # beta^2 (v - S k) k^T
+            S = S @ (eye - b * b * outer_kk) + b * b * outer_vk
+        state = S if read in ("after", "key") else previous
+        reader = k_t if read == "key" else q[..., t, :]
+        outputs.append((state @ reader[..., None])[..., 0])
     return torch.stack(outputs, dim=-2).to(dtype)
 
 
@@ -333,6 +361,11 @@ def _delta_mistakes(q, k, v, beta, description):
             variant(rule="no beta"),
         ),
         (
+            f"{DR_BETA_TWICE}: your write is beta_t^2 (v_t - S k_t) k_t^T (a beta on the error and another on k_t, "
+            f"or on the outer product). Multiply by beta_t once: S + beta_t (v_t - S k_t) k_t^T ({description}).",
+            variant(rule="beta twice"),
+        ),
+        (
             f"{DR_KEYS_NOT_NORMALISED}: with |k| != 1, S k after a write is not v (it is scaled by |k|^2), and "
             f"the update can blow up. Normalise k (and q) over the last axis first: F.normalize(k, dim=-1) "
             f"({description}).",
@@ -351,6 +384,11 @@ def _delta_mistakes(q, k, v, beta, description):
             f"{DR_READ_BEFORE_UPDATE}: o_t = S_t q_t uses the state after token t's write, so token t sees "
             f"its own pair ({description}).",
             variant(read="before"),
+        ),
+        (
+            f"{DR_READ_WITH_KEY}: o_t = S_t q_t, the query asks the state. S_t k_t only gives back what was just "
+            f"written under k_t, (1 - beta_t) S_(t-1) k_t + beta_t v_t ({description}).",
+            variant(read="key"),
         ),
         (
             f"{DR_NORMALISED_OVER_TIME} (dim -2, the tokens): each key and each query must have length 1 on "
@@ -392,8 +430,10 @@ def check_delta_rule(candidate):
 
 
 def _recall_oracle(keys, values, queries, *, leak=False, pair_targets=False, index_as_key=False,
-                   target_is_key=False, swap=False, queries_first=False):  # fmt: skip
-    """Fill the positions one by one: pair i at position i, query j at position P + j."""
+                   target_is_key=False, swap=False, queries_first=False, shift=0):  # fmt: skip
+    """Fill the positions one by one: pair i at position i, query j at position P + j.
+
+    shift: query j asks for pair queries[b, j] + shift instead, wrapping round as Python's negative indices do."""
     B, P = keys.shape
     Q = queries.shape[1]
     tokens = torch.zeros(B, P + Q, 2, dtype=torch.long)
@@ -404,7 +444,7 @@ def _recall_oracle(keys, values, queries, *, leak=False, pair_targets=False, ind
             if pair_targets:
                 targets[b, i] = values[b, i]
         for j in range(Q):
-            pair = queries[b, j]
+            pair = (queries[b, j] + shift) % P
             key = pair if index_as_key else keys[b, pair]
             tokens[b, P + j] = torch.tensor([key, values[b, pair] if leak else recall.QUESTION])
             targets[b, P + j] = keys[b, pair] if target_is_key else values[b, pair]
@@ -483,6 +523,12 @@ def check_recall_sequences(candidate):
                 f"{RS_TARGET_IS_KEY}: the model must answer with the asked pair's value, values.gather(1, queries) "
                 f"({description}).",
                 dict(target_is_key=True),
+            ),
+            (
+                f"{RS_QUERY_OFF_BY_ONE}: you used pair queries - 1 (pair 0 became index -1, the last pair), as "
+                f"if the indices counted from 1. queries holds 0..P-1: keys.gather(1, queries) are the asked keys "
+                f"and values.gather(1, queries) the answers, with no - 1 ({description}).",
+                dict(shift=-1),
             ),
             (
                 f"{RS_TARGETS_ON_PAIRS}: a pair only shows information; nothing can be predicted there. Its "

@@ -62,6 +62,7 @@ OTHERWISE = {
     "next_token_loss": {
         "int64": language_model.LOSS_DETACHED,
         "list": language_model.LOSS_FLOAT,
+        "numpy array": language_model.LOSS_FLOAT,  # a 0-d array: a number, like .item()
         "0-d": PASSES,
         "nn.Parameter": language_model.LOSS_DETACHED,
     },

@@ -90,6 +90,12 @@ def four_heads_reshape(weights, half_len):
     return per_head.reshape(*weights.shape[:-3], 4)
 
 
+def no_leading_axes(weights, half_len):
+    """Right on [heads, T, T] only: weights[:, t, key] indexes the wrong axes once layers or a batch come first."""
+    t = torch.arange(half_len, 2 * half_len)
+    return weights[:, t, t - half_len + 1].mean(-1)
+
+
 def three_heads_padding(weights, half_len):
     """Fixed at 3 heads, filling any more heads with zeros: right for 3 heads or fewer only."""
     scores = torch.zeros(weights.shape[:-2], dtype=weights.dtype)
@@ -112,6 +118,11 @@ SCORE_MISTAKES = {
     "no mean": (no_mean, ex.WRONG_AXIS),
     "4 heads in a loop": (four_heads_loop, ex.HEADS_FIXED),
     "4 heads in a reshape": (four_heads_reshape, ex.HEADS_FIXED),
+    "no axes before the heads": (no_leading_axes, ex.LEADING_AXES),
+    "diagonal without its last entry": (
+        lambda weights, half_len: weights.diagonal(-(half_len - 1), -2, -1)[..., :-1].mean(-1),
+        ex.LAST_QUERY_DROPPED,
+    ),
     "float32 arithmetic": (
         lambda weights, half_len: loop_scores(weights.float(), half_len).to(weights.dtype),
         checking.FLOAT32_PRECISION,
@@ -176,7 +187,11 @@ def composition_loop(
     for r in range(n_read):
         for w in range(n_write):
             reader, writer = reader_of(second, r), induction.ov_matrix(first, w)
-            product = reader @ writer if order == "right" else writer @ reader
+            product = {
+                "right": reader @ writer,
+                "writer first": writer @ reader,
+                "writer transposed": reader @ writer.T,
+            }[order]
             score = torch.linalg.matrix_norm(product)
             if normalise is True:
                 score = score / (torch.linalg.matrix_norm(reader) * torch.linalg.matrix_norm(writer))
@@ -196,13 +211,14 @@ COMPOSITION_MISTAKES = {
         ex.Q_COMPOSITION,
     ),
     "V-composition": (lambda m: composition_loop(m, reader_of=induction.ov_matrix), ex.V_COMPOSITION),
-    "wrong order": (lambda m: composition_loop(m, order="wrong"), ex.WRONG_ORDER),
+    "wrong order": (lambda m: composition_loop(m, order="writer first"), ex.WRONG_ORDER),
     "no norms": (lambda m: composition_loop(m, normalise=False), ex.NOT_NORMALISED),
     "one norm": (lambda m: composition_loop(m, normalise="reader"), ex.ONE_NORM),
     "spectral": (lambda m: composition_loop(m, normalise="spectral"), ex.SPECTRAL),
     "transposed table": (lambda m: composition_loop(m, swap=True), ex.LAYERS_SWAPPED),
     "weights from the wrong layers": (lambda m: composition_loop(m, layers=(1, 0)), ex.WEIGHTS_FROM_WRONG_LAYERS),
     "4 heads fixed": (lambda m: composition_loop(m, heads=4), ex.HEADS_FIXED),
+    "writer transposed": (lambda m: composition_loop(m, order="writer transposed"), ex.WRITER_TRANSPOSED),
 }
 
 
@@ -271,3 +287,11 @@ def test_a_float64_answer_to_float32_input_is_named(exercise_id):
 
 def test_an_answer_that_requires_grad_passes():
     assert_passes("k_composition", lambda model: induction.k_composition(model).requires_grad_())
+
+
+@pytest.mark.parametrize("name", ["induction_scores", "k_composition"])
+def test_a_returned_tuple_is_not_blamed_on_attention(name):
+    right = solution(name)
+    message = check(name, lambda *args: (right(*args),), quiet=True).message
+    assert checking.RETURNED_A_TUPLE in message and checking.ONE_TENSOR_HINT in message, message
+    assert "scaled_dot_product_attention" not in message, message

@@ -50,6 +50,19 @@ LOSS_MISTAKES = {
         ex.LOSS_OVER_VOCAB,
     ),
     "item()": (lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:]).item(), ex.LOSS_FLOAT),
+    "numpy": (lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:]).detach().numpy(), ex.LOSS_FLOAT),
+    "numpy float32": (
+        lambda logits, tokens: _per_token(logits, tokens).detach().numpy().mean(dtype="float32"),
+        ex.LOSS_FLOAT,
+    ),
+    "nll_loss on probabilities": (
+        lambda logits, tokens: F.nll_loss(logits[:, :-1].softmax(-1).transpose(1, 2), tokens[:, 1:]),
+        ex.LOSS_NLL_NOT_LOG,
+    ),
+    "nll_loss on logits": (
+        lambda logits, tokens: F.nll_loss(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)),
+        ex.LOSS_NLL_NOT_LOG,
+    ),
     "detached": (lambda logits, tokens: _flat(logits[:, :-1], tokens[:, 1:]).detach(), ex.LOSS_DETACHED),
     "classes on dim 2": (lambda logits, tokens: F.cross_entropy(logits[:, :-1], tokens[:, 1:]), ex.LOSS_CLASSES_AXIS),
     "log of softmax by hand": (
@@ -506,3 +519,12 @@ def test_decoder_block_written_with_the_modules_own_calls_passes():
 def test_the_reference_refuses_what_is_not_a_block():
     with pytest.raises(ValueError, match="block must be a DecoderBlock"):
         lm.decoder_block(torch.nn.Linear(4, 4), torch.zeros(1, 2, 4))
+
+
+@pytest.mark.parametrize("name", ["next_token_loss", "filter_logits", "sample_next_token", "decode_with_cache"])
+def test_a_returned_tuple_is_not_blamed_on_attention(name):
+    # none of these calls scaled_dot_product_attention: a tuple comes from a comma or a second return value
+    right = solution(name)
+    message = check(name, lambda *args, **kwargs: (right(*args, **kwargs),), quiet=True).message
+    assert checking.RETURNED_A_TUPLE in message and checking.ONE_TENSOR_HINT in message, message
+    assert "scaled_dot_product_attention" not in message, message

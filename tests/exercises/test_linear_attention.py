@@ -16,8 +16,9 @@ from tests.exercises.asserts import assert_caught, assert_each_message_names_onl
 # --------------------------------------------------------------------------- linear_attention_recurrent
 
 
-def learner_linear(q, k, v, normaliser="all", read="after", phi_v=False, causal=True, phi=True):
+def learner_linear(q, k, v, normaliser="all", read="after", phi_v=False, causal=True, phi=True, phi_on="qk"):
     fq, fk = (F.elu(q) + 1, F.elu(k) + 1) if phi is True else (phi(q), phi(k)) if phi else (q, k)
+    fq, fk = fq if "q" in phi_on else q, fk if "k" in phi_on else k
     values = F.elu(v) + 1 if phi_v else v
     T = q.shape[-2]
     S = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
@@ -106,6 +107,9 @@ LINEAR_MISTAKES = {
     ),
     "numerator before add": (lambda q, k, v: linear_in_steps(q, k, v, add_s="last"), ex.LA_READ_BEFORE_ADD),
     "normaliser before add": (lambda q, k, v: linear_in_steps(q, k, v, add_z="last"), ex.LA_NORMALISER_BEFORE_ADD),
+    "phi on q only": (lambda q, k, v: learner_linear(q, k, v, phi_on="q"), ex.LA_PHI_Q_ONLY),
+    "phi on k only": (lambda q, k, v: learner_linear(q, k, v, phi_on="k"), ex.LA_PHI_K_ONLY),
+    "elu without the + 1": (lambda q, k, v: learner_linear(q, k, v, phi=F.elu), ex.LA_ELU_WITHOUT_ONE),
     "float32 arithmetic": (in_float32(learner_linear), checking.FLOAT32_PRECISION),
 }
 
@@ -162,8 +166,14 @@ def learner_delta(q, k, v, beta, update="delta", norm_k=True, norm_q=True, read=
             write = bt * vt - recalled
         elif update == "beta on recalled":
             write = vt - bt * recalled
+        elif update == "beta twice":  # beta on the error, and again on the key it is written under
+            write = bt * (vt - recalled)
+            kt = bt * kt
         S = S + torch.einsum("...v,...k->...vk", write, kt)
-        outputs.append(before if read == "before" else torch.einsum("...vk,...k->...v", S, qt))
+        if read == "key":
+            outputs.append(torch.einsum("...vk,...k->...v", S, k[..., t, :]))
+        else:
+            outputs.append(before if read == "before" else torch.einsum("...vk,...k->...v", S, qt))
     return torch.stack(outputs, dim=-2)
 
 
@@ -189,6 +199,8 @@ DELTA_MISTAKES = {
     "read before update": (lambda *a: learner_delta(*a, read="before"), ex.DR_READ_BEFORE_UPDATE),
     "no beta": (lambda q, k, v, beta: learner_delta(q, k, v, torch.ones_like(beta)), ex.DR_NO_BETA),
     "normalised over time": (lambda *a: learner_delta(*a, axis=1), ex.DR_NORMALISED_OVER_TIME),
+    "read with the key": (lambda *a: learner_delta(*a, read="key"), ex.DR_READ_WITH_KEY),
+    "beta twice": (lambda *a: learner_delta(*a, update="beta twice"), ex.DR_BETA_TWICE),
     "float32 arithmetic": (in_float32(learner_delta), checking.FLOAT32_PRECISION),
 }
 
@@ -227,7 +239,7 @@ def test_delta_rule_messages_name_only_their_mistake():
 
 
 def learner_sequences(keys, values, queries, leak=False, pair_targets=False, index_key=False, target_key=False,
-                      swap=False, queries_first=False, ignore=-100):  # fmt: skip
+                      swap=False, queries_first=False, ignore=-100, one_based=False):  # fmt: skip
     B, P = keys.shape
     rows_tokens, rows_targets = [], []
     for b in range(B):
@@ -235,6 +247,8 @@ def learner_sequences(keys, values, queries, leak=False, pair_targets=False, ind
         tgt = [values[b, i].item() if pair_targets else ignore for i in range(P)]
         asked, answers = [], []
         for j in queries[b].tolist():
+            if one_based:  # read as 1..P: pair 0 becomes keys[b, -1], Python's last
+                j = j - 1
             key = j if index_key else keys[b, j].item()
             asked.append([key, values[b, j].item() if leak else QUESTION])
             answers.append(keys[b, j].item() if target_key else values[b, j].item())
@@ -254,6 +268,7 @@ RECALL_MISTAKES = {
     "queries first": (lambda *a: learner_sequences(*a, queries_first=True), ex.RS_QUERIES_FIRST),
     "pairs' targets -1": (lambda *a: learner_sequences(*a, ignore=-1), ex.RS_IGNORE_INDEX),
     "pairs' targets 0": (lambda *a: learner_sequences(*a, ignore=0), ex.RS_IGNORE_INDEX),
+    "queries read as 1-based": (lambda *a: learner_sequences(*a, one_based=True), ex.RS_QUERY_OFF_BY_ONE),
 }
 
 

@@ -175,7 +175,7 @@ def test_long_texts_are_the_held_out_stories_in_order(model_and_tokenizer):
     with pytest.raises(ValueError, match="the held-out stories hold"):
         lc.long_texts(tokenizer, 10**6, 2)
     assert torch.equal(lc.long_texts(tokenizer, 50, 2, skip=np.int64(2)), lc.long_texts(tokenizer, 50, 2, skip=2))
-    for skip in (-1, 1.5, True):
+    for skip in (-1, 1.5, True, 0.0, False):
         with pytest.raises(ValueError, match=r"skip \(texts to pass over: an int >= 0\) must be a positive int"):
             lc.long_texts(tokenizer, 50, 2, skip=skip)
     model, _ = model_and_tokenizer
