@@ -75,6 +75,7 @@ FILTER_TOP_P_TIES = "tokens of equal probability count in vocabulary order"
 FILTER_NOT_ASSIGNED = "masked_fill returns a new tensor"
 FILTER_TOP_P_ONE = "top_p=1.0 keeps every token"
 FILTER_KEPT_TOO_MANY = "you kept tokens that should be excluded"
+FILTER_WRONG_AXIS = "you filtered along an axis that is not the vocabulary"
 
 SAMPLE_GREEDY = "you took the most probable token"
 SAMPLE_GENERATOR = "your draws do not follow the generator"
@@ -90,6 +91,7 @@ CACHE_WHOLE_TEXT_AGAIN = "you fed the whole text again"
 CACHE_SHARED = "every layer shares one cache"
 CACHE_FIRST_POSITION = "you read the prediction of the first position"
 CACHE_SAME_TOKEN = "you fed the same token at every step"
+CACHE_PREFILL_MISSED = "the prompt never went into the caches"
 CACHE_ONLY_NEW = "return the prompt and the new tokens"
 
 
@@ -471,6 +473,7 @@ def _filter_cases():
             randn(g, 4, 12, scale=2.0),
             dict(temperature=1.5, top_k=4, top_p=0.5),
         ),
+        ("top_k=3 on logits [2, 4, 7] (a batch of texts)", randn(g, 2, 4, 7, scale=2.0), dict(top_k=3)),
     ]
 
 
@@ -514,6 +517,12 @@ def _filter_mistakes(logits, kwargs, expected, case):
         f"{FILTER_TOP_P_BEFORE_TOP_K}: apply the temperature, then top-k, then top-p on the tokens top-k kept.",
         p_before_k=True,
     )
+    for axis in range(logits.dim() - 1):  # dim=1 is the vocabulary of [B, V] logits, not of [B, T, V]
+        yield (
+            f"{FILTER_WRONG_AXIS} (dim {axis} of logits {list(logits.shape)}): the vocabulary is the last axis, "
+            f"so sort, topk and softmax along dim=-1, which holds for any number of axes before it. {case}",
+            _filter_oracle(logits.movedim(axis, -1), **kwargs).movedim(-1, axis),
+        )
     unassigned = (
         f"Note that {FILTER_NOT_ASSIGNED} and leaves `logits` as it was: write logits = logits.masked_fill(...) "
         f"(masked_fill_ is the in-place one). {case}"
@@ -793,11 +802,13 @@ def _decode_wrong(model, prompt, steps, mistake):
     caches = [lm.LayerCache() for _ in range(layers)]
     tokens, new_tokens = prompt, prompt
     with torch.no_grad():
-        for _ in range(steps):
+        for step in range(steps):
             if mistake == "fresh":
                 caches = [lm.LayerCache() for _ in range(layers)]
             position = 0 if mistake == "first" else -1
-            next_token = model(new_tokens, caches)[:, position].argmax(-1, keepdim=True)
+            uncached = mistake == "prefill uncached" and step == 0
+            logits = model(new_tokens) if uncached else model(new_tokens, caches)
+            next_token = logits[:, position].argmax(-1, keepdim=True)
             tokens = torch.cat([tokens, next_token], dim=1)
             new_tokens = {"whole": tokens, "same": prompt[:, -1:]}.get(mistake, next_token)
     return tokens
@@ -871,6 +882,12 @@ def check_decode_with_cache(candidate):
             (
                 f"{CACHE_SAME_TOKEN}: after each step feed the token just chosen (new_tokens = next_token). {case}",
                 "same",
+            ),
+            (
+                f"{CACHE_PREFILL_MISSED}: the first step called the model without the caches, so they never held "
+                f"the prompt and every later step saw only the tokens generated since. Pass them from the first "
+                f"call on: model(prompt, caches). {case}",
+                "prefill uncached",
             ),
         ]
         lengths = [n for n, with_cache in calls if with_cache]

@@ -219,7 +219,17 @@ def _hint_variant(top_p_step=_top_p_as_in_the_hint, **switches):
     return filter_logits_
 
 
+def top_k_along_dim_1(logits, temperature=1.0, top_k=None, top_p=None):
+    """top-k along dim 1, right for [B, V] logits only; top-p from the course's function."""
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[1]:
+        kth = logits.topk(top_k, dim=1).values.narrow(1, top_k - 1, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return filter_logits(logits, top_p=top_p)
+
+
 FILTER_MISTAKES = {
+    "top-k along dim 1": (top_k_along_dim_1, ex.FILTER_WRONG_AXIS),
     "temperature multiplied": (_variant(multiply=True), ex.FILTER_TEMPERATURE_MULTIPLIED),
     "top-p before temperature": (_variant(p_first=True), ex.FILTER_TOP_P_BEFORE_TEMPERATURE),
     "crossing token dropped": (_variant(crossing=False), ex.FILTER_CROSSING_DROPPED),
@@ -411,7 +421,17 @@ def _decode_variant(mistake):
     return lambda model, prompt, steps: _decode(model, prompt, steps, mistake)
 
 
+def prefill_without_caches(model, prompt, steps):
+    """The prompt read before the loop, but without the caches: they start at the first new token."""
+    caches = [LayerCache() for _ in model.blocks]
+    tokens = torch.cat([prompt, model(prompt)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    for _ in range(steps - 1):
+        tokens = torch.cat([tokens, model(tokens[:, -1:], caches)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return tokens
+
+
 DECODE_MISTAKES = {
+    "prefill without caches": (prefill_without_caches, ex.CACHE_PREFILL_MISSED),
     "no cache": (_decode_variant("no cache"), ex.CACHE_NOT_USED),
     "fresh caches": (_decode_variant("fresh"), ex.CACHE_FRESH_EACH_STEP),
     "whole text again": (_decode_variant("whole"), ex.CACHE_WHOLE_TEXT_AGAIN),
